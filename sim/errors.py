@@ -1,0 +1,30 @@
+"""User-facing errors: one clear message, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+
+class MmsimError(Exception):
+    """A problem with the user's input (file, field, flag) that the CLI reports in one line."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        self.source = source
+        self.field = field
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = ": ".join(part for part in (self.source, self.field) if part)
+        message = super().__str__()
+        return f"{where}: {message}" if where else message
+
+
+def pydantic_error_message(error, source: str) -> MmsimError:
+    """Turn a pydantic ValidationError into an MmsimError naming the first bad field."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    detail = first["msg"]
+    if first.get("type") == "extra_forbidden":
+        detail = "unknown field"
+    extra = f" ({len(error.errors()) - 1} more problem(s))" if len(error.errors()) > 1 else ""
+    return MmsimError(f"{detail}{extra}", source=source, field=field)

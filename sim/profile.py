@@ -1,0 +1,259 @@
+"""Hardware profile: the versioned contract between ``calibrate`` (writer) and ``sim`` (reader).
+
+A profile describes one host type: its GPU and CPU, the PCIe link, how fast
+weights load and unload, and per-model compute costs. Every group of numbers
+carries its provenance (``measured``, ``published``, ``derived`` or
+``estimated``) and a note saying where it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.errors import MmsimError, pydantic_error_message
+
+SCHEMA_VERSION = 1
+Source = Literal["measured", "published", "derived", "estimated"]
+NonNegative = Field(ge=0)
+Positive = Field(gt=0)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sourced(Strict):
+    """A group of numbers that share one provenance."""
+
+    source: Source
+    note: str = ""
+
+
+class MigSlice(Strict):
+    """A MIG slice: a separate smaller GPU with a share of the SMs and a fixed memory size."""
+
+    compute_share: float = Field(gt=0, le=1)
+    memory_bytes: int = Positive
+
+
+class GpuInfo(Sourced):
+    name: str
+    memory_bytes: int = Positive
+    gpus_per_node: int = Field(default=1, ge=1)
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    driver: str | None = None
+    memory_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    bf16_flops_per_s: float | None = Field(default=None, gt=0)
+    mig_profiles: dict[str, MigSlice] = Field(default_factory=dict)
+
+
+class CpuInfo(Sourced):
+    model: str
+    cores: int = Field(ge=1)
+    ram_bytes: int | None = Field(default=None, gt=0)
+    memory_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    flops_per_s: float | None = Field(default=None, gt=0)
+
+
+class Hardware(Strict):
+    gpu: GpuInfo
+    cpu: CpuInfo
+    software: dict[str, str] = Field(default_factory=dict)
+
+
+class TransferFit(Sourced):
+    """Time of one host<->device copy of n bytes: ``latency_s + n / bandwidth_bytes_per_s``.
+
+    ``per_copy_latency_s`` is the extra cost of each tensor copy when a KV cache
+    moves as per-layer tensors (2 per layer) instead of one bulk buffer.
+    """
+
+    latency_s: float = NonNegative
+    bandwidth_bytes_per_s: float = Positive
+    per_copy_latency_s: float = 0.0
+    samples: list[dict] = Field(default_factory=list)
+
+
+class Link(Strict):
+    host_to_device: TransferFit
+    device_to_host: TransferFit
+
+
+class LoadFit(Sourced):
+    """Weight load: ``fixed_s + bytes / bandwidth_bytes_per_s``."""
+
+    fixed_s: float = NonNegative
+    bandwidth_bytes_per_s: float = Positive
+    samples: list[dict] = Field(default_factory=list)
+
+
+class UnloadFit(Sourced):
+    """Weight unload (del, gc, empty_cache, sync): ``fixed_s + seconds_per_gib * GiB``."""
+
+    fixed_s: float = NonNegative
+    seconds_per_gib: float = NonNegative
+    samples: list[dict] = Field(default_factory=list)
+
+
+class WeightMovement(Strict):
+    from_disk: LoadFit
+    from_host: LoadFit
+    unload: UnloadFit
+
+
+class LayerCost(Sourced):
+    """Seconds for one decoder layer on one device.
+
+    Decode step of B sequences with C tokens of context in total:
+    ``decode_base_s + decode_per_seq_s * B + decode_per_context_token_s * C``.
+    Prefill of P tokens: ``prefill_base_s + prefill_per_token_s * P + prefill_per_token_sq_s * P**2``.
+    """
+
+    decode_base_s: float = NonNegative
+    decode_per_seq_s: float = NonNegative
+    decode_per_context_token_s: float = NonNegative
+    prefill_base_s: float = NonNegative
+    prefill_per_token_s: float = NonNegative
+    prefill_per_token_sq_s: float = NonNegative
+    samples: list[dict] = Field(default_factory=list)
+
+
+class OffloadPoint(Strict):
+    gpu_share: float = Field(ge=0, le=1)
+    normalized_throughput: float = Field(gt=0, le=1.5)
+
+
+class OffloadCurve(Sourced):
+    """Measured decode throughput vs share of layers on the GPU (1.0 = all on GPU)."""
+
+    points: list[OffloadPoint] = Field(min_length=2)
+
+
+class KvTransferOverride(Sourced):
+    """Per-model fixed cost of moving a KV cache (per-layer copy overhead), each direction."""
+
+    device_to_host_s: float = NonNegative
+    host_to_device_s: float = NonNegative
+
+
+class SwapCosts(Sourced):
+    """Per-model measured reload and unload seconds; they override the generic weight fits."""
+
+    reload_s: float = Positive
+    unload_s: float = NonNegative
+
+
+class ModelCosts(Strict):
+    """Costs of one model on this host; anything absent is estimated from the roofline."""
+
+    dtype: str = "fp16"
+    gpu: LayerCost
+    cpu: LayerCost | None = None
+    head_gpu_s: float = Field(default=0.0, ge=0, description="LM head + sampling per decode step on GPU")
+    head_cpu_s: float = Field(default=0.0, ge=0)
+    boundary_s: float = Field(default=0.0, ge=0, description="GPU<->CPU hand-off per step when offloaded")
+    offload_curve: OffloadCurve | None = None
+    swap: SwapCosts | None = None
+    kv_transfer: KvTransferOverride | None = None
+
+
+class Profile(Strict):
+    """One host type's measured (or published, derived, estimated) costs."""
+
+    schema_version: int
+    name: str
+    description: str = ""
+    created: str = ""
+    hardware: Hardware
+    link: Link
+    weights: WeightMovement
+    gpu_launch_overhead_s: float = Field(default=2e-5, ge=0, description="per-layer fixed cost for roofline estimates")
+    models: dict[str, ModelCosts] = Field(default_factory=dict)
+    validation: dict = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_version(cls, data):
+        if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
+            raise ValueError(
+                f"schema_version {data.get('schema_version')!r} is not supported; this mmsim reads version {SCHEMA_VERSION}"
+            )
+        return data
+
+    def provenance(self) -> dict[str, str]:
+        """Where each group of numbers came from, for reports."""
+        rows = {
+            "hardware.gpu": self.hardware.gpu.source,
+            "hardware.cpu": self.hardware.cpu.source,
+            "link.host_to_device": self.link.host_to_device.source,
+            "link.device_to_host": self.link.device_to_host.source,
+            "weights.from_disk": self.weights.from_disk.source,
+            "weights.from_host": self.weights.from_host.source,
+            "weights.unload": self.weights.unload.source,
+        }
+        for name, costs in self.models.items():
+            rows[f"models.{name}.gpu"] = costs.gpu.source
+            if costs.cpu:
+                rows[f"models.{name}.cpu"] = costs.cpu.source
+            if costs.swap:
+                rows[f"models.{name}.swap"] = costs.swap.source
+            if costs.offload_curve:
+                rows[f"models.{name}.offload_curve"] = costs.offload_curve.source
+            if costs.kv_transfer:
+                rows[f"models.{name}.kv_transfer"] = costs.kv_transfer.source
+        return rows
+
+
+def parse_profile(data: object, source: str) -> Profile:
+    """Validate an already-parsed JSON object as a profile."""
+    if not isinstance(data, dict):
+        raise MmsimError("expected a JSON object at the top level", source=source)
+    if "schema_version" not in data:
+        raise MmsimError(f"missing field (expected schema_version: {SCHEMA_VERSION})", source=source, field="schema_version")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as error:
+        raise pydantic_error_message(error, source) from None
+
+
+def load_profile_file(path: Path) -> Profile:
+    try:
+        text = Path(path).read_text()
+    except OSError as error:
+        raise MmsimError(f"cannot read profile: {error.strerror}", source=str(path)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise MmsimError(f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})", source=str(path)) from None
+    return parse_profile(data, str(path))
+
+
+def builtin_profile_names() -> list[str]:
+    folder = resources.files("sim").joinpath("data/profiles")
+    return sorted(entry.name.removesuffix(".json") for entry in folder.iterdir() if entry.name.endswith(".json"))
+
+
+@lru_cache(maxsize=32)
+def _builtin(name: str) -> Profile:
+    text = resources.files("sim").joinpath(f"data/profiles/{name}.json").read_text()
+    return parse_profile(json.loads(text), f"built-in profile {name}")
+
+
+def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Profile:
+    """A built-in profile by name, or a profile JSON file by path (relative to ``base_dir``)."""
+    name = str(name_or_path)
+    if name in builtin_profile_names():
+        return _builtin(name)
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None and (base_dir / path).exists():
+        path = base_dir / path
+    if path.suffix == ".json" or path.exists():
+        return load_profile_file(path)
+    raise MmsimError(f"unknown profile {name!r}; built-in profiles: {', '.join(builtin_profile_names())}, or a path to a profile JSON")
