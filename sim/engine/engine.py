@@ -1,0 +1,248 @@
+"""The engine: a SimPy model of a cluster serving several models, driven by a policy.
+
+The engine *does* and *charges*; the policy only *decides* (see
+:mod:`sim.policies.base`). The engine owns the GPUs, the instances on them,
+the per-model queue of requests not yet placed, each node's PCIe link and
+disk (FIFO timelines, so concurrent transfers and loads share them), and the
+host RAM that holds swapped KV caches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import simpy
+
+from sim.costs import ModelCosts
+from sim.engine import residency
+from sim.engine.gpu import Gpu
+from sim.engine.instance import Instance
+from sim.engine.kv import blocks_for
+from sim.engine.recorder import Recorder
+from sim.engine.request import Request
+from sim.engine.transfers import Node
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vLLM-like limits of every instance."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    chunked_prefill: bool = True
+    gpu_memory_utilization: float = 0.9
+    preemption_mode: str = "recompute"
+
+
+class Engine:
+    """Runs one scenario's requests through a cluster under one policy."""
+
+    def __init__(self, env: simpy.Environment, gpus: list[Gpu], nodes: list[Node], model_names: list[str],
+                 costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True):
+        self.env = env
+        self.gpus = gpus
+        self.nodes = nodes
+        self.model_names = model_names
+        self.model_index = {name: i for i, name in enumerate(model_names)}
+        self.costs = costs
+        self.config = config
+        self.policy = policy
+        self.fast = fast
+        self.pending: list[deque[Request]] = [deque() for _ in model_names]
+        self.instances: list[Instance] = []
+        self.recorder = Recorder(model_names)
+        self.placement: dict[int, dict] = {}
+        self.outstanding = 0
+        self.finished = 0
+        self.arrivals_done = False
+        self.all_done = env.event()
+        self._next_uid = 0
+        self._max_kv_tokens = [self._largest_kv_tokens(c) for c in costs]
+        from sim.policies.view import ClusterView  # the view wraps the engine; imported late to avoid a cycle
+        self.view = ClusterView(self)
+        for gpu in gpus:
+            env.process(gpu.run(self))
+
+    # -- arrivals and routing ------------------------------------------------------------------------
+    def _largest_kv_tokens(self, costs: ModelCosts) -> int:
+        """Tokens of KV the biggest GPU could hold next to this model's weights (for hopeless-request drops)."""
+        best = max(g.capacity_bytes for g in self.gpus) - costs.gpu_weight_bytes(1.0)
+        return max(0, best // costs.kv_bytes_per_token)
+
+    def arrive(self, request: Request) -> None:
+        if request.prompt_tokens + request.output_tokens > self._max_kv_tokens[request.model]:
+            self.drop(request, "exceeds_kv_capacity")
+            return
+        self.outstanding += 1
+        instance = self.policy.route(request, self.view)
+        if instance is not None:
+            self.assign(request, instance)
+        else:
+            self.pending[request.model].append(request)
+        self.policy.on_arrival(request, self.view)
+
+    def assign(self, request: Request, instance: Instance) -> None:
+        """Queue ``request`` at ``instance`` (swapped KV resumes there if it is on the same node)."""
+        if request in self.pending[request.model]:
+            self.pending[request.model].remove(request)
+        request.instance = instance
+        request.gpu = instance.gpu.index
+        if request.state == "swapped" and request.kv_on_host_node == instance.gpu.node:
+            instance.swapped.append(request)
+        else:
+            if request.state == "swapped":
+                self._drop_host_kv(request)
+                self._set_recompute(request)
+            request.state = "waiting"
+            instance.waiting.append(request)
+        if instance.status == "ready":
+            instance.gpu.kick(self)
+
+    def drop(self, request: Request, reason: str) -> None:
+        request.state = "dropped"
+        request.drop_reason = reason
+        self.recorder.request(request, reason)
+
+    # -- batch formation (called by Instance.plan) ---------------------------------------------------
+    def admit(self, instance: Instance, now: float) -> list[tuple[Request, int]]:
+        """Prefill work for this iteration: chunks of in-flight prefills, then new requests in policy order."""
+        config = self.config
+        budget = config.max_num_batched_tokens - len(instance.running)
+        prefills: list[tuple[Request, int]] = []
+        for request in instance.prefilling:
+            chunk = min(request.prefill_target - request.prefilled, budget)
+            if chunk <= 0:
+                break
+            prefills.append((request, chunk))
+            budget -= chunk
+        if instance.waiting:
+            self.policy.order_waiting(instance, self.view)
+        while instance.waiting and budget > 0:
+            if len(instance.running) + len(instance.prefilling) >= config.max_num_seqs:
+                break
+            request = instance.waiting[0]
+            need = request.prefill_target - request.prefilled
+            if not config.chunked_prefill and need > budget and (prefills or instance.running):
+                break
+            blocks = blocks_for(request.prefill_target + 1, config.block_size)
+            if blocks > instance.free_blocks():
+                break
+            instance.waiting.popleft()
+            request.blocks = blocks
+            instance.blocks += blocks
+            request.state = "prefilling"
+            instance.prefilling.append(request)
+            if math.isnan(request.first_scheduled_s):
+                request.first_scheduled_s = now
+            chunk = min(need, budget) if config.chunked_prefill else need
+            prefills.append((request, chunk))
+            budget -= chunk
+        return prefills
+
+    def may_fast_forward(self, instance: Instance) -> bool:
+        return len(instance.gpu.active_instances()) == 1
+
+    def resume_swapped(self, instance: Instance, now: float) -> float:
+        """Swap in KV caches that fit; returns the transfer seconds the step waits for."""
+        transfer_s = 0.0
+        while instance.swapped and len(instance.running) + len(instance.prefilling) < self.config.max_num_seqs:
+            request = instance.swapped[0]
+            blocks = blocks_for(request.context_tokens, self.config.block_size)
+            if blocks > instance.free_blocks():
+                break
+            instance.swapped.popleft()
+            seconds = self.nodes[instance.gpu.node].transfer(now + transfer_s, instance.costs.kv_transfer_s(request.context_tokens, "host_to_device"), "host_to_device")
+            transfer_s += seconds
+            request.add_loss("kv_in", seconds)
+            self._drop_host_kv(request)
+            request.blocks = blocks
+            instance.blocks += blocks
+            instance._join_running(request)
+            self._end_pause(request, now + transfer_s, charged=seconds)
+            self.recorder.event(now, "swap_in", instance.gpu.index, instance.name, request.id, seconds)
+        return transfer_s
+
+    # -- preemption ----------------------------------------------------------------------------------
+    def preempt_for_blocks(self, instance: Instance, now: float) -> None:
+        victim, mode = self.policy.choose_victim(instance, self.view)
+        self.preempt(instance, victim, mode, now)
+
+    def preempt(self, instance: Instance, request: Request, mode: str, now: float) -> float:
+        """Take ``request`` off the GPU by KV swap (``swap``) or drop-and-recompute (``recompute``).
+
+        Returns the seconds of device-to-host transfer the instance must wait for."""
+        instance.release(request)
+        request.preemptions += 1
+        request.preempted_at_s = now
+        node = self.nodes[instance.gpu.node]
+        kv_bytes = request.context_tokens * instance.costs.kv_bytes_per_token
+        seconds = 0.0
+        if mode == "swap" and node.reserve_host(kv_bytes):
+            seconds = node.transfer(now, instance.costs.kv_transfer_s(request.context_tokens, "device_to_host"), "device_to_host")
+            request.add_loss("kv_out", seconds)
+            request.kv_on_host_node = node.index
+            request.state = "swapped"
+            instance.swapped.appendleft(request)
+        else:
+            mode = "recompute"
+            self._set_recompute(request)
+            request.state = "waiting"
+            instance.waiting.appendleft(request)
+        request.pause_charged = seconds
+        self.recorder.event(now, f"preempt_{mode}", instance.gpu.index, instance.name, request.id, seconds)
+        return seconds
+
+    def _set_recompute(self, request: Request) -> None:
+        request.prefilled = 0
+        request.prefill_target = request.prompt_tokens + request.generated
+
+    def _drop_host_kv(self, request: Request) -> None:
+        if request.kv_on_host_node >= 0:
+            node = self.nodes[request.kv_on_host_node]
+            node.release_host(request.context_tokens * self.costs[request.model].kv_bytes_per_token)
+            request.kv_on_host_node = -1
+
+    def charge_recompute(self, request: Request, now: float) -> None:
+        seconds = self.costs[request.model].prefill_s(request.prefill_target)
+        request.add_loss("recompute", seconds)
+        self._end_pause(request, now, charged=seconds)
+
+    def _end_pause(self, request: Request, now: float, charged: float) -> None:
+        """The request runs again: whatever part of its pause no cause explains was spent waiting."""
+        if math.isnan(request.preempted_at_s):
+            return
+        explained = request.pause_charged + charged
+        request.add_loss("waiting", max(0.0, now - request.preempted_at_s - explained))
+        request.preempted_at_s = float("nan")
+        request.pause_charged = 0.0
+
+    # -- completion ----------------------------------------------------------------------------------
+    def finish(self, instance: Instance, request: Request, now: float) -> None:
+        instance.release(request)
+        request.finish_s = now
+        request.state = "finished"
+        self.recorder.request(request)
+        self.outstanding -= 1
+        self.finished += 1
+        self.policy.on_finish(request, instance, self.view)
+        self._check_done()
+
+    def after_step(self, gpu: Gpu, instance: Instance) -> None:
+        self.policy.on_step(instance, self.view)
+
+    def _check_done(self) -> None:
+        if self.arrivals_done and self.outstanding == 0 and not self.all_done.triggered:
+            self.all_done.succeed()
+
+    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0, from_host: bool = False) -> Instance | None:
+        return residency.load(self, model, gpu, gpu_share, from_host)
+
+    def unload(self, instance: Instance, mode: str = "swap") -> bool:
+        return residency.unload(self, instance, mode)
+
+    def new_uid(self) -> int:
+        self._next_uid += 1
+        return self._next_uid

@@ -1,0 +1,139 @@
+"""A GPU (or MIG slice): memory for weights and KV blocks, and the loop that runs its instances.
+
+Co-resident instances time-share the GPU: their iterations serialise, one
+instance's step after another's, round robin. When a single instance has
+work, its decode iterations are fast-forwarded: one SimPy event stands for
+many iterations, and the window is cut short at the next iteration boundary
+when something that could change the batch happens (an arrival, a load).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.instance import Instance, Step
+
+
+class Gpu:
+    """One GPU's memory and its execution loop."""
+
+    def __init__(self, env: simpy.Environment, index: int, node: int, capacity_bytes: int, compute_share: float = 1.0):
+        self.env = env
+        self.index = index
+        self.node = node
+        self.capacity_bytes = capacity_bytes
+        self.compute_share = compute_share
+        self.instances: list[Instance] = []
+        self.busy_s = 0.0
+        self.current: Step | None = None
+        self._wake: simpy.Event | None = None
+        self._window_end: simpy.Event | None = None
+        self._generation = 0
+        self._turn = 0
+        self.blocked: set[Instance] = set()
+
+    # -- memory ------------------------------------------------------------------------------------
+    def weight_bytes(self) -> int:
+        return sum(instance.weight_bytes for instance in self.instances)
+
+    def used_bytes(self) -> int:
+        return sum(instance.weight_bytes + instance.blocks * instance.block_bytes for instance in self.instances)
+
+    def free_bytes(self) -> int:
+        return self.capacity_bytes - self.used_bytes()
+
+    def resident(self, model: int) -> Instance | None:
+        for instance in self.instances:
+            if instance.model == model and instance.status in ("ready", "loading"):
+                return instance
+        return None
+
+    @property
+    def current_done(self) -> simpy.Event:
+        """Fires when the step now running ends."""
+        return self._window_end
+
+    # -- execution ---------------------------------------------------------------------------------
+    def active_instances(self) -> list[Instance]:
+        return [i for i in self.instances if i.status == "ready" and i.has_work]
+
+    def kick(self, engine) -> None:
+        """Something changed on this GPU: wake the loop, or end a fast-forward window early."""
+        self.blocked.clear()
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+        elif self.current is not None and self.current.iterations > 1:
+            self.cut_window(engine)
+
+    def sync(self, engine) -> None:
+        """Make the running instance's counters reflect the iterations finished by now."""
+        step = self.current
+        if step is None or step.iterations <= 1 or step.prefills:
+            return
+        done = step.iterations_done_by(self.env.now - step.start_s)
+        if done <= 0:
+            return
+        elapsed = step.elapsed_s(done)
+        step.instance.advance(done)
+        step.start_s += elapsed
+        step.iterations -= done
+        step.context_tokens = step.instance.context_tokens
+        step.transfer_s = 0.0
+        step.first_iteration_s = step.coefficients.step_s(step.context_tokens)
+        step.instance.busy_s += elapsed
+        self.busy_s += elapsed
+
+    def cut_window(self, engine) -> None:
+        """End the current fast-forward window at the first iteration boundary from now."""
+        self.sync(engine)
+        step = self.current
+        if step is None or step.iterations <= 1:
+            return
+        step.iterations = 1
+        self._schedule_end(step.start_s + step.elapsed_s(1) - self.env.now)
+
+    def _schedule_end(self, delay: float) -> None:
+        self._generation += 1
+        generation = self._generation
+        timer = self.env.timeout(max(delay, 0.0))
+        timer.callbacks.append(lambda _event: self._end_window(generation))
+
+    def _end_window(self, generation: int) -> None:
+        if generation == self._generation and not self._window_end.triggered:
+            self._window_end.succeed()
+
+    def _next_instance(self) -> Instance | None:
+        active = [i for i in self.active_instances() if i not in self.blocked]
+        if not active:
+            return None
+        self._turn = (self._turn + 1) % len(active)
+        return active[self._turn]
+
+    def run(self, engine):
+        """The GPU's loop: pick an instance, run its step, apply it, repeat."""
+        env = self.env
+        while True:
+            instance = self._next_instance()
+            if instance is None:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            step = instance.plan(engine, env.now, engine.fast)
+            if step is None:
+                # Blocked (e.g. no KV room while a co-resident instance holds it) until something changes.
+                self.blocked.add(instance)
+                continue
+            step.start_s = env.now
+            self.current = step
+            self._window_end = env.event()
+            self._schedule_end(step.elapsed_s(step.iterations))
+            yield self._window_end
+            self.current = None
+            elapsed = env.now - step.start_s
+            instance.busy_s += elapsed
+            self.busy_s += elapsed
+            instance.last_used_s = env.now
+            instance.complete(engine, step, step.iterations, env.now)
+            self.blocked.clear()
+            engine.after_step(self, instance)

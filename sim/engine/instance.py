@@ -1,0 +1,220 @@
+"""A model instance: one model's weights on a GPU, with vLLM-style continuous batching.
+
+Queues follow vLLM's vocabulary: ``waiting`` (not yet prefilled, or dropped
+for recompute), ``running`` (decoding, KV on the GPU), ``swapped`` (KV moved
+to host RAM). Each call to :meth:`plan` forms the next step at an iteration
+boundary; :meth:`complete` applies it when its time has passed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.costs import ModelCosts, StepCoefficients
+from sim.engine.kv import PhaseHistogram, blocks_for
+from sim.engine.request import Request
+
+INF = float("inf")
+
+
+@dataclass
+class Step:
+    """What one GPU step does: ``iterations`` decode iterations (fast-forward when > 1),
+    optionally with prefill chunks, after ``transfer_s`` of KV swaps."""
+
+    instance: "Instance"
+    iterations: int
+    coefficients: StepCoefficients | None
+    batch: int
+    context_tokens: int
+    prefills: list[tuple[Request, int]] = field(default_factory=list)
+    first_iteration_s: float = 0.0
+    transfer_s: float = 0.0
+    start_s: float = 0.0
+
+    def elapsed_s(self, iterations: int) -> float:
+        """Seconds from the step's start to the end of its ``iterations``-th iteration."""
+        if iterations <= 0:
+            return self.transfer_s if iterations == 0 else 0.0
+        rest = 0.0
+        if iterations > 1:
+            rest = self.coefficients.steps_s(self.context_tokens + self.batch, self.batch, iterations - 1)
+        return self.transfer_s + self.first_iteration_s + rest
+
+    def iterations_done_by(self, seconds: float) -> int:
+        """Whole iterations finished ``seconds`` after the start (binary search on the closed form)."""
+        low, high = 0, self.iterations
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.elapsed_s(mid) <= seconds:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+
+class Instance:
+    """One model resident (or loading, or draining) on one GPU."""
+
+    def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu, gpu_share: float, engine_config):
+        self.uid = uid
+        self.model = model
+        self.name = name
+        self.costs = costs
+        self.gpu = gpu
+        self.gpu_share = gpu_share
+        self.config = engine_config
+        self.status = "loading"
+        self.weight_bytes = costs.gpu_weight_bytes(gpu_share)
+        self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token
+        self.waiting: deque[Request] = deque()
+        self.swapped: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.prefilling: list[Request] = []
+        self.finish_heap: list[tuple[int, int, Request]] = []
+        self.phases = PhaseHistogram(engine_config.block_size)
+        self.iteration = 0
+        self.context_tokens = 0
+        self.blocks = 0
+        self.ready_at_s = INF
+        self.last_used_s = 0.0
+        self.busy_s = 0.0
+
+    # -- views -----------------------------------------------------------------------------------
+    @property
+    def kv_bytes(self) -> int:
+        return self.blocks * self.block_bytes
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.waiting) + len(self.swapped) + len(self.running) + len(self.prefilling)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.swapped or self.running or self.prefilling)
+
+    def free_blocks(self) -> int:
+        return int(self.gpu.free_bytes() // self.block_bytes)
+
+    def max_blocks(self) -> int:
+        """Blocks this instance could hold if it had the GPU's free memory to itself."""
+        return int((self.gpu.capacity_bytes - self.gpu.weight_bytes()) // self.block_bytes)
+
+    def generated(self, request: Request) -> int:
+        if request.state == "running":
+            return request.gen_at_join + self.iteration - request.join_iter
+        return request.generated
+
+    # -- batch membership ------------------------------------------------------------------------
+    def _join_running(self, request: Request) -> None:
+        request.state = "running"
+        request.join_iter = self.iteration
+        request.gen_at_join = request.generated
+        tokens = request.prompt_tokens + request.generated
+        self.running.append(request)
+        self.context_tokens += tokens
+        self.phases.add(tokens, self.iteration)
+        heapq.heappush(self.finish_heap, (self.iteration + request.remaining_tokens, request.id, request))
+
+    def _leave_running(self, request: Request, popped: bool = False) -> None:
+        request.generated = self.generated(request)
+        tokens = request.prompt_tokens + request.generated
+        self.running.remove(request)
+        self.context_tokens -= tokens
+        self.phases.remove(tokens, self.iteration)
+        if not popped:
+            self.finish_heap = [entry for entry in self.finish_heap if entry[2] is not request]
+            heapq.heapify(self.finish_heap)
+        # Running sequences grow block by block through the phase histogram; settle the count now.
+        request.blocks = blocks_for(tokens, self.config.block_size)
+        request.state = "detached"
+
+    def release(self, request: Request) -> int:
+        """Take a request out of whatever queue it is in here; return the KV blocks it held."""
+        if request.state == "running":
+            self._leave_running(request)
+        elif request in self.prefilling:
+            self.prefilling.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        elif request in self.swapped:
+            self.swapped.remove(request)
+        freed, request.blocks = request.blocks, 0
+        self.blocks -= freed
+        return freed
+
+    # -- planning --------------------------------------------------------------------------------
+    def advance(self, iterations: int) -> None:
+        """Apply ``iterations`` decode iterations of the current batch to the counters."""
+        if iterations <= 0:
+            return
+        new_blocks = self.phases.new_blocks(self.iteration, iterations)
+        self.blocks += new_blocks
+        self.context_tokens += len(self.running) * iterations
+        self.iteration += iterations
+
+    def decode_blocks_needed(self) -> int:
+        return self.phases.new_blocks(self.iteration, 1)
+
+    def plan(self, engine, now: float, fast: bool) -> Step | None:
+        """Form the next step at this iteration boundary, preempting when KV blocks run short."""
+        transfer_s = engine.resume_swapped(self, now)
+        prefills = engine.admit(self, now)
+        while self.running and self.decode_blocks_needed() > self.free_blocks():
+            engine.preempt_for_blocks(self, now)
+        if not self.running and not prefills:
+            return None if transfer_s == 0 else self._transfer_only(transfer_s)
+        batch = len(self.running)
+        coefficients = self.costs.step_coefficients(batch, self.gpu_share) if batch else None
+        prefill_tokens = sum(chunk for _, chunk in prefills)
+        prefill_context = sum(request.prefilled for request, _ in prefills)
+        first = self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context, self.gpu_share)
+        iterations = 1
+        if fast and not prefills and engine.may_fast_forward(self):
+            iterations = self._window()
+        return Step(self, iterations, coefficients, batch, self.context_tokens, prefills, first, transfer_s)
+
+    def _transfer_only(self, transfer_s: float) -> Step:
+        return Step(self, 0, None, 0, 0, [], 0.0, transfer_s)
+
+    def _window(self) -> int:
+        """Iterations until the batch could change by itself: the next completion or KV exhaustion.
+
+        Outside events (arrivals, policy timers) end the window early through :meth:`Gpu.cut_window`."""
+        limit = self.finish_heap[0][0] - self.iteration
+        return max(1, self.phases.max_steps(self.iteration, self.free_blocks(), limit))
+
+    # -- completion ------------------------------------------------------------------------------
+    def complete(self, engine, step: Step, iterations: int, now: float) -> None:
+        """Apply the first ``iterations`` iterations of ``step``, which ended at ``now``."""
+        if iterations <= 0:
+            return
+        self.advance(iterations)
+        for request, chunk in step.prefills:
+            self._finish_prefill_chunk(engine, request, chunk, now)
+        while self.finish_heap and self.finish_heap[0][0] <= self.iteration:
+            _, _, request = heapq.heappop(self.finish_heap)
+            self._leave_running(request, popped=True)
+            engine.finish(self, request, now)
+
+    def _finish_prefill_chunk(self, engine, request: Request, chunk: int, now: float) -> None:
+        request.prefilled += chunk
+        if request.prefilled < request.prefill_target:
+            return
+        self.prefilling.remove(request)
+        if request.prefill_target > request.prompt_tokens:
+            engine.charge_recompute(request, now)
+        request.generated += 1
+        if request.generated == 1:
+            request.first_token_s = now
+        tokens = request.prompt_tokens + request.generated
+        extra = blocks_for(tokens, self.config.block_size) - request.blocks
+        request.blocks += extra
+        self.blocks += extra
+        if request.generated >= request.output_tokens:
+            request.state = "detached"
+            engine.finish(self, request, now)
+        else:
+            self._join_running(request)

@@ -1,0 +1,66 @@
+"""A request's life in the engine: queues, tokens, and the time it lost to preemption."""
+
+from __future__ import annotations
+
+LOSS_CAUSES = ("reload", "unload", "kv_out", "kv_in", "recompute", "waiting")
+"""Why a preempted request was paused; each gets its own seconds column in the results."""
+
+
+class Request:
+    """One inference request: arrival, lengths, progress, and its timestamps.
+
+    ``generated`` counts output tokens produced so far; while a request sits in
+    an instance's decode batch its count is derived from the instance's
+    iteration counter (``join_iter``/``gen_at_join``) so that fast-forward can
+    advance many iterations without touching every request.
+    """
+
+    __slots__ = (
+        "id", "model", "arrival_s", "prompt_tokens", "output_tokens", "predicted_output_tokens", "priority",
+        "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
+        "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "preempted_at_s",
+        "kv_on_host_node", "blocks", "pause_charged",
+    )
+
+    def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
+                 predicted_output_tokens: int, priority: int = 0):
+        self.id = rid
+        self.model = model
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.predicted_output_tokens = predicted_output_tokens
+        self.priority = priority
+        self.generated = 0
+        self.prefilled = 0
+        self.prefill_target = prompt_tokens
+        self.state = "pending"
+        self.instance = None
+        self.gpu = -1
+        self.first_token_s = float("nan")
+        self.finish_s = float("nan")
+        self.first_scheduled_s = float("nan")
+        self.preemptions = 0
+        self.lost = [0.0] * len(LOSS_CAUSES)
+        self.drop_reason = ""
+        self.join_iter = 0
+        self.gen_at_join = 0
+        self.preempted_at_s = float("nan")
+        self.kv_on_host_node = -1
+        self.blocks = 0
+        self.pause_charged = 0.0
+
+    def add_loss(self, cause: str, seconds: float) -> None:
+        self.lost[LOSS_CAUSES.index(cause)] += seconds
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens whose KV this request holds once its prefill is complete."""
+        return self.prompt_tokens + self.generated
+
+    @property
+    def remaining_tokens(self) -> int:
+        return self.output_tokens - self.generated
+
+    def __repr__(self) -> str:
+        return f"Request({self.id}, model={self.model}, state={self.state}, gen={self.generated}/{self.output_tokens})"

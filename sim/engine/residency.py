@@ -1,0 +1,86 @@
+"""Model residency: loading a model's weights onto a GPU and unloading them again.
+
+A load books the node's disk (or, from a host-RAM copy, its host-to-device
+link) for the profile's reload time; an unload first preempts everything the
+instance holds (KV swap or drop) and then pays the profile's unload time
+before the memory is free. Requests that were paused by an unload are charged
+the unload and, when their model comes back, the reload.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.engine.instance import Instance
+
+
+def _paused(request) -> bool:
+    return not math.isnan(request.preempted_at_s)
+
+
+def load(engine, model: int, gpu, gpu_share: float = 1.0, from_host: bool = False) -> Instance | None:
+    """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory."""
+    costs = engine.costs[model]
+    if costs.gpu_weight_bytes(gpu_share) > gpu.free_bytes():
+        return None
+    env = engine.env
+    instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config)
+    gpu.instances.append(instance)
+    engine.instances.append(instance)
+    seconds = costs.reload_s(gpu_share, from_host)
+    channel = "host_to_device" if from_host else "disk"
+    total = engine.nodes[gpu.node].transfer(env.now, seconds, channel)
+    engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total, detail=f"share={gpu_share:g}")
+    env.process(_finish_load(engine, instance, total))
+    return instance
+
+
+def _finish_load(engine, instance: Instance, seconds: float):
+    yield engine.env.timeout(seconds)
+    instance.status = "ready"
+    instance.ready_at_s = engine.env.now
+    instance.last_used_s = engine.env.now
+    for request in (*engine.pending[instance.model], *instance.waiting, *instance.swapped):
+        if _paused(request):
+            request.add_loss("reload", seconds)
+            request.pause_charged += seconds
+    engine.policy.on_instance_ready(instance, engine.view)
+    instance.gpu.kick(engine)
+
+
+def unload(engine, instance: Instance, mode: str = "swap") -> bool:
+    """Start unloading ``instance``; its requests go back to their model's pending queue."""
+    if instance.status not in ("ready", "loading"):
+        return False
+    instance.status = "draining"
+    engine.env.process(_drain(engine, instance, mode))
+    return True
+
+
+def _drain(engine, instance: Instance, mode: str):
+    env, gpu = engine.env, instance.gpu
+    gpu.cut_window(engine)
+    while gpu.current is not None and gpu.current.instance is instance:
+        yield gpu.current_done
+    now = env.now
+    transfer_s = 0.0
+    for request in (*instance.running, *instance.prefilling):
+        transfer_s = max(transfer_s, engine.preempt(instance, request, mode, now))
+    evicted = [*instance.swapped, *instance.waiting]
+    for request in evicted:
+        instance.release(request)
+        request.instance = None
+        engine.pending[request.model].append(request)
+    unload_s = instance.costs.unload_s(instance.gpu_share)
+    engine.recorder.event(now, "unload", gpu.index, instance.name, duration_s=transfer_s + unload_s, detail=mode)
+    engine.policy.on_evicted(instance, evicted, engine.view)
+    yield env.timeout(transfer_s + unload_s)
+    for request in evicted:
+        if _paused(request) and request.preempted_at_s == now:
+            request.add_loss("unload", unload_s)
+            request.pause_charged += unload_s
+    gpu.instances.remove(instance)
+    engine.instances.remove(instance)
+    instance.status = "gone"
+    gpu.kick(engine)
+    engine.policy.on_unloaded(instance, engine.view)

@@ -1,0 +1,35 @@
+"""A node's shared channels: the PCIe link each way, the disk, and host RAM for swapped KV.
+
+Channels are FIFO timelines: a transfer asked for at time t starts when the
+channel is free and holds it for its duration, so concurrent KV swaps and
+weight loads on one node queue behind each other without extra events.
+"""
+
+from __future__ import annotations
+
+
+class Node:
+    """One server: its GPUs share this node's link, disk and host memory."""
+
+    def __init__(self, index: int, host_memory_bytes: int):
+        self.index = index
+        self.host_memory_bytes = host_memory_bytes
+        self.host_kv_bytes = 0
+        self.host_weight_bytes = 0
+        self.free_at = {"host_to_device": 0.0, "device_to_host": 0.0, "disk": 0.0}
+
+    def transfer(self, now: float, seconds: float, channel: str) -> float:
+        """Book ``seconds`` on ``channel`` from ``now``; returns the wait plus the transfer."""
+        start = max(now, self.free_at[channel])
+        self.free_at[channel] = start + seconds
+        return start + seconds - now
+
+    def reserve_host(self, kv_bytes: int) -> bool:
+        """Hold swapped KV in host RAM if it fits next to cached weights."""
+        if self.host_kv_bytes + self.host_weight_bytes + kv_bytes > self.host_memory_bytes:
+            return False
+        self.host_kv_bytes += kv_bytes
+        return True
+
+    def release_host(self, kv_bytes: int) -> None:
+        self.host_kv_bytes -= kv_bytes

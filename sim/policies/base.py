@@ -1,0 +1,78 @@
+"""The policy API: the decisions a scheduler makes, with vLLM-like defaults.
+
+A policy is called at the moments that matter (an arrival, a load finishing,
+an iteration boundary, a request finishing) and acts only through the
+:class:`~sim.policies.view.ClusterView` it is handed: it reads queues, KV use,
+resident models and profile costs there, and asks the engine to route, load,
+unload or preempt. It never changes engine state directly.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class Policy:
+    """Base class: FCFS queues, least-loaded routing, youngest-first recompute preemption.
+
+    Subclasses set ``name`` and ``description`` and override the hooks they need.
+    Parameters come from the scenario's ``policy.params`` as keyword arguments.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def __init__(self, **params):
+        unknown = set(params) - set(self.param_defaults())
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {', '.join(sorted(unknown))}; "
+                             f"{self.name or type(self).__name__} takes {', '.join(self.param_defaults()) or 'none'}")
+        for key, default in self.param_defaults().items():
+            setattr(self, key, params.get(key, default))
+
+    @classmethod
+    def param_defaults(cls) -> dict:
+        """Parameters this policy accepts, with their defaults."""
+        return {}
+
+    # -- placement -------------------------------------------------------------------------------
+    def setup(self, view) -> None:
+        """Initial residency at time 0 (default: nothing loaded)."""
+
+    def route(self, request, view):
+        """The instance that should queue ``request`` now, or None to leave it pending for its model."""
+        candidates = view.instances_of(request.model)
+        if not candidates:
+            return None
+        return min(candidates, key=lambda instance: (instance.num_requests, instance.uid))
+
+    def on_arrival(self, request, view) -> None:
+        """After routing: a chance to change residency (load, unload)."""
+
+    def on_instance_ready(self, instance, view) -> None:
+        """A load finished: by default, its model's pending requests are routed."""
+        for request in list(view.pending(instance.model)):
+            target = self.route(request, view)
+            if target is not None:
+                view.assign(request, target)
+
+    # -- batching and preemption ------------------------------------------------------------------
+    def order_waiting(self, instance, view) -> None:
+        """Reorder ``instance.waiting`` in place before admission (default: FCFS, as vLLM)."""
+
+    def choose_victim(self, instance, view):
+        """The running request to preempt when KV blocks run out, and how (``recompute`` or ``swap``)."""
+        return instance.running[-1], view.config.preemption_mode
+
+    # -- notifications ---------------------------------------------------------------------------
+    def on_step(self, instance, view) -> None:
+        """After each GPU step of ``instance``."""
+
+    def on_finish(self, request, instance, view) -> None:
+        """A request completed on ``instance``."""
+
+    def on_evicted(self, instance, requests, view) -> None:
+        """``instance`` is unloading; ``requests`` went back to their model's pending queue."""
+
+    def on_unloaded(self, instance, view) -> None:
+        """``instance``'s memory is free again."""

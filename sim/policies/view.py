@@ -1,0 +1,80 @@
+"""The read-only view of the cluster that policies see, and the actions they may ask for."""
+
+from __future__ import annotations
+
+
+class ClusterView:
+    """What a policy may read (queues, KV use, resident models, costs) and ask (route, load, unload)."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self._engine.env.now
+
+    @property
+    def config(self):
+        return self._engine.config
+
+    @property
+    def gpus(self) -> tuple:
+        return tuple(self._engine.gpus)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(self._engine.model_names)
+
+    def model_index(self, name: str) -> int:
+        return self._engine.model_index[name]
+
+    def costs(self, model: int):
+        """The :class:`sim.costs.ModelCosts` of a model: reload/unload seconds, swap penalty, offload steps."""
+        return self._engine.costs[model]
+
+    def instances(self) -> tuple:
+        return tuple(self._engine.instances)
+
+    def instances_of(self, model: int, ready_only: bool = False) -> list:
+        wanted = ("ready",) if ready_only else ("ready", "loading")
+        return [i for i in self._engine.instances if i.model == model and i.status in wanted]
+
+    def placement(self, model: int) -> dict:
+        """The scenario's placement hints for a model: ``gpus``, ``replicas``, ``gpu_share``, ``demand`` (mix share)."""
+        return self._engine.placement.get(model, {})
+
+    def pending(self, model: int) -> tuple:
+        """Requests of ``model`` that no instance holds (waiting for placement)."""
+        return tuple(self._engine.pending[model])
+
+    def pending_count(self, model: int) -> int:
+        return len(self._engine.pending[model])
+
+    def sync(self, gpu) -> None:
+        """Bring a fast-forwarding GPU's counters up to now before reading them."""
+        gpu.sync(self._engine)
+
+    # -- acting ----------------------------------------------------------------------------------
+    def assign(self, request, instance) -> None:
+        self._engine.assign(request, instance)
+
+    def load(self, model: int, gpu, gpu_share: float = 1.0, from_host: bool = False):
+        """Start loading; returns the new instance, or None if the weights do not fit."""
+        return self._engine.load(model, gpu, gpu_share, from_host)
+
+    def unload(self, instance, mode: str = "swap") -> bool:
+        """Start unloading; running requests are preempted by ``swap`` or ``recompute``."""
+        return self._engine.unload(instance, mode)
+
+    def preempt(self, instance, request, mode: str) -> None:
+        """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
+        instance.gpu.sync(self._engine)
+        self._engine.preempt(instance, request, mode, self.now)
+        instance.gpu.kick(self._engine)
+
+    def call_at(self, time_s: float, callback) -> None:
+        """Run ``callback(view)`` at simulated time ``time_s`` (timers for quanta and deadlines)."""
+        env = self._engine.env
+        timer = env.timeout(max(0.0, time_s - env.now))
+        timer.callbacks.append(lambda _event: callback(self))

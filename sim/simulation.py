@@ -1,0 +1,196 @@
+"""One simulation run: build the cluster a scenario describes, replay its workload, collect results."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+import simpy
+from simpy.core import URGENT
+
+from sim.catalogue import get_model
+from sim.costs import ModelCosts
+from sim.engine.engine import Engine, EngineConfig
+from sim.engine.gpu import Gpu
+from sim.engine.request import Request
+from sim.engine.transfers import Node
+from sim.errors import MmsimError
+from sim.profile import Profile, load_profile
+from sim.policies.registry import make_policy
+from sim.results import summarize
+from sim.scenario import Scenario
+from sim.workload.chunk import RequestChunk
+
+GIB = 2**30
+
+
+@dataclass
+class RunResult:
+    """Everything a run produced, before it is written to disk."""
+
+    requests: pd.DataFrame
+    events: pd.DataFrame
+    timeseries: pd.DataFrame
+    summary: dict
+
+
+def build_hardware(env: simpy.Environment, scenario: Scenario, profile: Profile) -> tuple[list[Gpu], list[Node]]:
+    """Nodes and GPUs (or MIG slices) of the scenario's cluster, with usable memory per vLLM's utilisation cap."""
+    cluster, gpu_info = scenario.cluster, profile.hardware.gpu
+    per_node = cluster.gpus_per_node or gpu_info.gpus_per_node
+    memory = int(cluster.gpu_memory_gb * GIB) if cluster.gpu_memory_gb else gpu_info.memory_bytes
+    slices = [(memory, 1.0)]
+    if cluster.mig:
+        mig = gpu_info.mig_profiles.get(cluster.mig.profile)
+        if mig is None:
+            raise MmsimError(f"profile {profile.name} has no MIG profile {cluster.mig.profile!r} "
+                             f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field="cluster.mig.profile")
+        slices = [(mig.memory_bytes, mig.compute_share)] * cluster.mig.slices_per_gpu
+    nodes = [Node(n, int(cluster.host_memory_gb * GIB)) for n in range(cluster.nodes)]
+    usable = scenario.engine.gpu_memory_utilization
+    gpus = []
+    for node in nodes:
+        for _ in range(per_node):
+            for slice_bytes, share in slices:
+                gpus.append(Gpu(env, len(gpus), node.index, int(slice_bytes * usable), share))
+    return gpus, nodes
+
+
+def _arrivals(env: simpy.Environment, engine: Engine, chunks: Iterable[RequestChunk], error_cv: float,
+              rng: np.random.Generator, on_progress: Callable[[int], None] | None) -> Iterator[simpy.Event]:
+    """Feed requests at their arrival times; arrivals are URGENT so an iteration ending at the
+    same instant already sees them (the same rule in fast-forward and per-iteration modes)."""
+    index = engine.model_index
+    seen = 0
+    for chunk in chunks:
+        n = len(chunk)
+        if error_cv > 0:
+            sigma = np.sqrt(np.log1p(error_cv**2))
+            noise = rng.lognormal(-sigma**2 / 2, sigma, n)
+            predicted = np.maximum(1, np.rint(chunk.output_tokens * noise)).astype(np.int64)
+        else:
+            predicted = chunk.output_tokens
+        priority = chunk.priority if chunk.priority is not None else np.zeros(n, np.int64)
+        arrival, models = chunk.arrival_s.tolist(), chunk.model.tolist()
+        prompts, outputs = chunk.prompt_tokens.tolist(), chunk.output_tokens.tolist()
+        predicted, priority = predicted.tolist(), priority.tolist()
+        for i in range(n):
+            delay = arrival[i] - env.now
+            if delay > 0:
+                event = simpy.Event(env)
+                event._ok, event._value = True, None
+                env.schedule(event, URGENT, delay)
+                yield event
+            model = index.get(models[i], -1)
+            request = Request(chunk.first_id + i, max(model, 0), arrival[i], int(prompts[i]), int(outputs[i]),
+                              int(predicted[i]), int(priority[i]))
+            if model < 0:
+                engine.recorder.request(request, "model_not_served")
+            else:
+                engine.arrive(request)
+        seen += n
+        if on_progress:
+            on_progress(seen)
+    engine.arrivals_done = True
+    engine._check_done()
+
+
+def _stalled(engine: Engine) -> bool:
+    busy = any(g.current is not None for g in engine.gpus)
+    moving = any(i.status in ("loading", "draining") for i in engine.instances)
+    return engine.arrivals_done and not busy and not moving
+
+
+def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
+    """Periodic samples of memory, queues and utilisation per GPU and model."""
+    last_busy = {g.index: 0.0 for g in engine.gpus}
+    while not engine.all_done.triggered:
+        yield env.timeout(interval_s)
+        for gpu in engine.gpus:
+            gpu.sync(engine)
+            busy = (gpu.busy_s - last_busy[gpu.index]) / interval_s
+            last_busy[gpu.index] = gpu.busy_s
+            for inst in gpu.instances:
+                engine.recorder.sample((env.now, gpu.index, inst.name, inst.weight_bytes, inst.kv_bytes,
+                                        len(inst.waiting) + len(inst.swapped), len(inst.running), min(busy, 1.0)))
+            if not gpu.instances:
+                engine.recorder.sample((env.now, gpu.index, "", 0, 0, 0, 0, min(busy, 1.0)))
+        for model, queue in enumerate(engine.pending):
+            if queue:
+                engine.recorder.sample((env.now, -1, engine.model_names[model], 0, 0, len(queue), 0, 0.0))
+        if _stalled(engine):
+            return
+
+
+def _leftovers(engine: Engine) -> list[Request]:
+    left = [r for queue in engine.pending for r in queue]
+    for inst in engine.instances:
+        left += [*inst.waiting, *inst.swapped, *inst.prefilling]
+        inst.gpu.sync(engine)
+        left += [r for r in inst.running]
+        for r in inst.running:
+            r.generated = inst.generated(r)
+    return left
+
+
+def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | None = None, params: dict | None = None,
+             seed: int | None = None, mode: str = "fast", chunks: Iterable[RequestChunk] | None = None,
+             on_progress: Callable[[int], None] | None = None) -> RunResult:
+    """Run ``scenario`` (optionally with another policy/seed) and return its results."""
+    if mode not in ("fast", "exact"):
+        raise MmsimError(f"unknown mode {mode!r}; expected fast or exact")
+    seed = scenario.seed if seed is None else seed
+    policy_name = policy or scenario.policy.name
+    policy_params = scenario.policy.params if params is None and policy is None else (params or {})
+    profile = load_profile(scenario.profile, base_dir)
+    env = simpy.Environment()
+    gpus, nodes = build_hardware(env, scenario, profile)
+    names = [m.name for m in scenario.models]
+    costs = [ModelCosts(profile, get_model(m.name), m.dtype) for m in scenario.models]
+    config = EngineConfig(**scenario.engine.model_dump())
+    engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"))
+    mix = _mix_shares(scenario)
+    engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.name, 1.0)}
+                        for i, m in enumerate(scenario.models)}
+    if chunks is None:
+        from sim.workload.stream import iter_requests
+        chunks = iter_requests(scenario.workload, seed=seed, base_dir=base_dir)
+    rng = np.random.default_rng([seed, 1])
+    started = time.perf_counter()
+    engine.policy.setup(engine.view)
+    env.process(_arrivals(env, engine, chunks, scenario.workload.output_length_error, rng, on_progress))
+    env.process(_sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario)))
+    _run(env, engine)
+    for request in _leftovers(engine):
+        engine.recorder.request(request, "not_scheduled")
+    wall_s = time.perf_counter() - started
+    requests = engine.recorder.requests_frame()
+    summary = summarize(requests, scenario, engine, profile, policy_name, seed, mode, wall_s)
+    return RunResult(requests, engine.recorder.events_frame(), engine.recorder.timeseries_frame(), summary)
+
+
+def _run(env: simpy.Environment, engine: Engine) -> None:
+    """Run until every request is done, or until nothing is left that could make progress."""
+    try:
+        env.run(until=engine.all_done)
+    except RuntimeError as error:
+        if "No scheduled events left" not in str(error):
+            raise
+
+
+def _mix_shares(scenario: Scenario) -> dict[str, float]:
+    generator = getattr(scenario.workload, "generator", None)
+    mix = getattr(generator, "mix", None)
+    if isinstance(mix, dict):
+        return {k: float(v) for k, v in mix.items()}
+    return {}
+
+
+def _default_interval(scenario: Scenario) -> float:
+    generator = getattr(scenario.workload, "generator", None)
+    duration = getattr(generator, "duration_s", None)
+    return max(0.5, duration / 300) if duration else 5.0

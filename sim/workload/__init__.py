@@ -1,0 +1,1 @@
+"""Workloads: the native trace format, importers of public traces, generators, statistics."""

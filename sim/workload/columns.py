@@ -1,0 +1,106 @@
+"""Column-level helpers for :class:`RequestChunk`: optional columns, slicing, joining, re-batching.
+
+Optional columns (``priority``, ``slo_class``, ``prefix_ids``) are ``None`` on a
+chunk whose source has no such column. When chunks with different optional
+columns are joined, the missing values take the defaults below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from sim.workload.chunk import RequestChunk
+
+REQUIRED_COLUMNS = ("arrival_s", "model", "prompt_tokens", "output_tokens")
+OPTIONAL_COLUMNS = ("priority", "slo_class", "prefix_ids")
+NATIVE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+
+def optional_columns(chunk: RequestChunk) -> tuple[str, ...]:
+    """The optional columns this chunk carries, in canonical order."""
+    return tuple(name for name in OPTIONAL_COLUMNS if getattr(chunk, name) is not None)
+
+
+def default_column(name: str, rows: int) -> np.ndarray:
+    """Values of an optional column for rows whose source lacks it (priority 0, no class, no prefix)."""
+    if name == "priority":
+        return np.zeros(rows, dtype=np.int64)
+    return np.full(rows, None, dtype=object)
+
+
+def make_chunk(arrival_s, model, prompt_tokens, output_tokens, *, priority=None, slo_class=None,
+               prefix_ids=None, first_id: int = 0, extra: dict | None = None) -> RequestChunk:
+    """A chunk with canonical dtypes: float64 seconds, object model names, int64 lengths and priority."""
+    return RequestChunk(
+        arrival_s=np.asarray(arrival_s, dtype=np.float64),
+        model=np.asarray(model, dtype=object),
+        prompt_tokens=np.asarray(prompt_tokens, dtype=np.int64),
+        output_tokens=np.asarray(output_tokens, dtype=np.int64),
+        priority=None if priority is None else np.asarray(priority, dtype=np.int64),
+        slo_class=None if slo_class is None else np.asarray(slo_class, dtype=object),
+        prefix_ids=None if prefix_ids is None else np.asarray(prefix_ids, dtype=object),
+        first_id=first_id,
+        extra=dict(extra or {}),
+    )
+
+
+def take(chunk: RequestChunk, index) -> RequestChunk:
+    """The rows of ``chunk`` selected by ``index`` (a boolean mask, integer array or slice)."""
+    def pick(values):
+        return None if values is None else values[index]
+
+    return RequestChunk(
+        arrival_s=chunk.arrival_s[index], model=chunk.model[index],
+        prompt_tokens=chunk.prompt_tokens[index], output_tokens=chunk.output_tokens[index],
+        priority=pick(chunk.priority), slo_class=pick(chunk.slo_class), prefix_ids=pick(chunk.prefix_ids),
+        first_id=chunk.first_id, extra={key: pick(value) for key, value in chunk.extra.items()},
+    )
+
+
+def concat(chunks: list[RequestChunk], optional: Iterable[str] | None = None) -> RequestChunk:
+    """Join chunks row-wise; ``optional`` names the optional columns to keep (default: any chunk has)."""
+    if optional is None:
+        optional = {name for chunk in chunks for name in optional_columns(chunk)}
+    optional = [name for name in OPTIONAL_COLUMNS if name in set(optional)]
+
+    def column(name):
+        parts = [getattr(chunk, name) for chunk in chunks]
+        if name in OPTIONAL_COLUMNS:
+            parts = [default_column(name, len(chunk)) if part is None else part for chunk, part in zip(chunks, parts)]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    extra_keys = set.intersection(*(set(chunk.extra) for chunk in chunks)) if chunks else set()
+    return make_chunk(
+        column("arrival_s"), column("model"), column("prompt_tokens"), column("output_tokens"),
+        **{name: column(name) for name in optional},
+        first_id=chunks[0].first_id if chunks else 0,
+        extra={key: np.concatenate([chunk.extra[key] for chunk in chunks]) for key in sorted(extra_keys)},
+    )
+
+
+def rebatch(chunks: Iterable[RequestChunk], rows: int) -> Iterator[RequestChunk]:
+    """Regroup a stream of chunks into chunks of exactly ``rows`` rows (the last may be shorter).
+
+    Rows keep their order; ``first_id`` is renumbered as the running row index.
+    """
+    pending: list[RequestChunk] = []
+    pending_rows = 0
+    emitted = 0
+    for chunk in chunks:
+        if len(chunk) == 0:
+            continue
+        pending.append(chunk)
+        pending_rows += len(chunk)
+        while pending_rows >= rows:
+            joined = concat(pending) if len(pending) > 1 else pending[0]
+            head, tail = take(joined, slice(0, rows)), take(joined, slice(rows, None))
+            head.first_id = emitted
+            emitted += rows
+            yield head
+            pending, pending_rows = ([tail] if len(tail) else []), len(tail)
+    if pending_rows:
+        last = concat(pending) if len(pending) > 1 else pending[0]
+        last.first_id = emitted
+        yield last

@@ -1,0 +1,136 @@
+"""What every trace reader shares: import options, the row report, and vectorised column checks.
+
+A malformed row is an error naming the file and line, unless ``skip_bad`` is set:
+then it is dropped and counted in the :class:`RowReport`, which the CLI prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import MmsimError
+
+MAX_TOKENS = 1 << 40
+"""Lengths above this are surely corrupt (and would overflow token arithmetic downstream)."""
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How to turn a source trace into native requests.
+
+    ``model`` names the one model of a single-model trace (or overrides a trace's
+    model column); ``model_map`` maps a trace's model labels to catalogue names.
+    ``start_s``/``end_s`` keep the window [start, end) in seconds after the trace's
+    first request (native traces: after time 0); the window start becomes time 0 and
+    inter-arrival times are then multiplied by ``time_scale``. ``arrivals`` and
+    ``seed`` give length-pair files (which have no times) their arrival process;
+    ``base_dir`` resolves file paths inside ``arrivals``. With ``check_models``,
+    output model names must be catalogue models.
+    """
+
+    model: str | None = None
+    model_map: dict[str, str] | None = None
+    time_scale: float = 1.0
+    start_s: float | None = None
+    end_s: float | None = None
+    skip_bad: bool = False
+    arrivals: object | None = None
+    seed: int = 0
+    base_dir: str | None = None
+    check_models: bool = True
+
+
+@dataclass
+class RowReport:
+    """Counts what happened to the rows of one source file while it was read."""
+
+    source: str
+    skip_bad: bool = False
+    unit: str = "line"
+    rows_read: int = 0
+    rows_out: int = 0
+    bad_rows: int = 0
+    first_bad: str | None = None
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def where(self, number: int) -> str:
+        return f"{self.unit} {number}"
+
+    def reject(self, number: int, reason: str) -> None:
+        """One malformed row: an error naming file and line, or (``skip_bad``) counted."""
+        if not self.skip_bad:
+            raise MmsimError(reason, source=self.source, field=self.where(number))
+        self.bad_rows += 1
+        if self.first_bad is None:
+            self.first_bad = f"{self.where(number)}: {reason}"
+
+    def check(self, numbers: np.ndarray, checks: Sequence[tuple[np.ndarray, Callable[[int], str]]]) -> np.ndarray:
+        """Apply vectorised row checks; returns the mask of rows to keep.
+
+        Each check is (bad-row mask, reason for row i). In strict mode the earliest
+        bad row in the file is reported, with the reason of the first check it fails.
+        """
+        bad = np.zeros(len(numbers), dtype=bool)
+        for mask, _ in checks:
+            bad |= mask
+        if not bad.any():
+            return ~bad
+        first = int(np.flatnonzero(bad)[0])
+        reason = next(describe(first) for mask, describe in checks if mask[first])
+        if not self.skip_bad:
+            raise MmsimError(reason, source=self.source, field=self.where(int(numbers[first])))
+        self.bad_rows += int(bad.sum())
+        if self.first_bad is None:
+            self.first_bad = f"{self.where(int(numbers[first]))}: {reason}"
+        return ~bad
+
+    def drop(self, reason: str, count: int) -> None:
+        """Rows removed on purpose (e.g. failed requests), counted by reason."""
+        if count:
+            self.dropped[reason] = self.dropped.get(reason, 0) + int(count)
+
+    def summary(self) -> str:
+        """One line: rows written, then any malformed and dropped rows."""
+        parts = [f"{self.rows_out} requests from {self.rows_read} rows"]
+        if self.bad_rows:
+            parts.append(f"skipped {self.bad_rows} malformed rows (first: {self.first_bad})")
+        parts.extend(f"dropped {count} {reason}" for reason, count in self.dropped.items())
+        return "; ".join(parts)
+
+
+def as_numbers(values) -> np.ndarray:
+    """Float64 values of a column; anything that is not a number becomes NaN."""
+    series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def whole_numbers(values, column: str, minimum: int = 1):
+    """(int64 values, bad mask, reason) for a column of whole numbers >= ``minimum``."""
+    numbers = as_numbers(values)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(numbers) | (numbers < minimum) | (numbers != np.floor(numbers)) | (numbers > MAX_TOKENS)
+    ints = np.where(bad, minimum, numbers).astype(np.int64)
+    return ints, bad, lambda i: f"{column} {_show(values, i)} is not a whole number >= {minimum}"
+
+
+def finite_numbers(values, column: str, minimum: float | None = None):
+    """(float64 values, bad mask, reason) for a column of finite numbers (>= ``minimum`` if given)."""
+    numbers = as_numbers(values)
+    bad = ~np.isfinite(numbers)
+    if minimum is not None:
+        with np.errstate(invalid="ignore"):
+            bad |= numbers < minimum
+    limit = f" >= {minimum:g}" if minimum is not None else ""
+    return np.where(bad, 0.0, numbers), bad, lambda i: f"{column} {_show(values, i)} is not a number{limit}"
+
+
+def _show(values, i: int) -> str:
+    """Row ``i`` of a column as the user wrote it, for error messages."""
+    value = values.iloc[i] if isinstance(values, pd.Series) else values[i]
+    if value is None or isinstance(value, float) and np.isnan(value):
+        return "(missing)"
+    return repr(value) if isinstance(value, str) else str(value)
