@@ -40,6 +40,10 @@ class Timing:
         """(max - min) / median: how noisy the repeats were."""
         return (self.max_s - self.min_s) / self.median_s if self.median_s > 0 else 0.0
 
+    def scaled(self, factor: float) -> Timing:
+        """The same measurements times ``factor`` (e.g. one layer's share of a run of several)."""
+        return Timing(tuple(s * factor for s in self.samples_s))
+
     def record(self, **fields: object) -> dict:
         """A JSON-ready sample for the profile: the given fields plus the timing summary."""
         return dict(fields, median_s=self.median_s, min_s=self.min_s, max_s=self.max_s, repeats=len(self.samples_s))

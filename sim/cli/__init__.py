@@ -21,6 +21,7 @@ stderr = Console(stderr=True)
 
 COMMAND_MODULES = (
     "sim.cli.catalogue_cmds",
+    "sim.cli.run_cmds",
 )
 """Each module registers its commands on ``app`` when imported."""
 

@@ -107,7 +107,7 @@ class Engine:
         self.recorder.request(request, reason)
 
     # -- batch formation (called by Instance.plan) ---------------------------------------------------
-    def admit(self, instance: Instance, now: float) -> list[tuple[Request, int]]:
+    def admit(self, instance: Instance, now: float, admit_new: bool = True) -> list[tuple[Request, int]]:
         """Prefill work for this iteration: chunks of in-flight prefills, then new requests in policy order."""
         config = self.config
         budget = config.max_num_batched_tokens - len(instance.running)
@@ -118,6 +118,8 @@ class Engine:
                 break
             prefills.append((request, chunk))
             budget -= chunk
+        if not admit_new:
+            return prefills
         if instance.waiting:
             self.policy.order_waiting(instance, self.view)
         while instance.waiting and budget > 0:
@@ -128,7 +130,7 @@ class Engine:
             if not config.chunked_prefill and need > budget and (prefills or instance.running):
                 break
             blocks = blocks_for(request.prefill_target + 1, config.block_size)
-            if blocks > instance.free_blocks():
+            if blocks > instance.spare_blocks():
                 break
             instance.waiting.popleft()
             request.blocks = blocks
@@ -151,7 +153,8 @@ class Engine:
         while instance.swapped and len(instance.running) + len(instance.prefilling) < self.config.max_num_seqs:
             request = instance.swapped[0]
             blocks = blocks_for(request.context_tokens, self.config.block_size)
-            if blocks > instance.free_blocks():
+            # Room for the token it decodes in this very step, too.
+            if blocks_for(request.context_tokens + 1, self.config.block_size) > instance.spare_blocks():
                 break
             instance.swapped.popleft()
             seconds = self.nodes[instance.gpu.node].transfer(now + transfer_s, instance.costs.kv_transfer_s(request.context_tokens, "host_to_device"), "host_to_device")
@@ -166,9 +169,10 @@ class Engine:
         return transfer_s
 
     # -- preemption ----------------------------------------------------------------------------------
-    def preempt_for_blocks(self, instance: Instance, now: float) -> None:
+    def preempt_for_blocks(self, instance: Instance, now: float) -> float:
+        """Preempt the policy's victim; returns the KV swap-out seconds the step waits for."""
         victim, mode = self.policy.choose_victim(instance, self.view)
-        self.preempt(instance, victim, mode, now)
+        return self.preempt(instance, victim, mode, now)
 
     def preempt(self, instance: Instance, request: Request, mode: str, now: float) -> float:
         """Take ``request`` off the GPU by KV swap (``swap``) or drop-and-recompute (``recompute``).

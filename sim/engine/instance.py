@@ -98,6 +98,10 @@ class Instance:
     def free_blocks(self) -> int:
         return int(self.gpu.free_bytes() // self.block_bytes)
 
+    def spare_blocks(self) -> int:
+        """Free blocks left after this step's decodes have taken theirs."""
+        return self.free_blocks() - self.decode_blocks_needed()
+
     def max_blocks(self) -> int:
         """Blocks this instance could hold if it had the GPU's free memory to itself."""
         return int((self.gpu.capacity_bytes - self.gpu.weight_bytes()) // self.block_bytes)
@@ -160,10 +164,15 @@ class Instance:
 
     def plan(self, engine, now: float, fast: bool) -> Step | None:
         """Form the next step at this iteration boundary, preempting when KV blocks run short."""
-        transfer_s = engine.resume_swapped(self, now)
-        prefills = engine.admit(self, now)
+        # vLLM's order: running sequences get their blocks first (preempting if short), then swapped
+        # ones come back, then waiting ones start; nothing new starts in a step that preempted.
+        transfer_s, preempted = 0.0, False
         while self.running and self.decode_blocks_needed() > self.free_blocks():
-            engine.preempt_for_blocks(self, now)
+            transfer_s = max(transfer_s, engine.preempt_for_blocks(self, now))
+            preempted = True
+        if not preempted:
+            transfer_s += engine.resume_swapped(self, now + transfer_s)
+        prefills = engine.admit(self, now, admit_new=not preempted)
         if not self.running and not prefills:
             return None if transfer_s == 0 else self._transfer_only(transfer_s)
         batch = len(self.running)
@@ -172,7 +181,7 @@ class Instance:
         prefill_context = sum(request.prefilled for request, _ in prefills)
         first = self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context, self.gpu_share)
         iterations = 1
-        if fast and not prefills and engine.may_fast_forward(self):
+        if fast and not prefills and not preempted and engine.may_fast_forward(self):
             iterations = self._window()
         return Step(self, iterations, coefficients, batch, self.context_tokens, prefills, first, transfer_s)
 

@@ -40,11 +40,13 @@ def _finish_load(engine, instance: Instance, seconds: float):
     instance.status = "ready"
     instance.ready_at_s = engine.env.now
     instance.last_used_s = engine.env.now
-    for request in (*engine.pending[instance.model], *instance.waiting, *instance.swapped):
+    engine.policy.on_instance_ready(instance, engine.view)
+    # Only the paused requests this load brought back (queued here once the policy has routed) pay for it;
+    # a paused request still pending, e.g. for another instance of its model, is not charged this reload.
+    for request in (*instance.waiting, *instance.swapped):
         if _paused(request):
             request.add_loss("reload", seconds)
             request.pause_charged += seconds
-    engine.policy.on_instance_ready(instance, engine.view)
     instance.gpu.kick(engine)
 
 

@@ -1,0 +1,111 @@
+"""Run a whole calibration: identity, roofline, per-model compute, link, weight movement; then fit and assemble.
+
+``run_calibration`` is what ``mmsim calibrate`` calls; it reports each finished
+measurement to a progress callback and returns the profile as a dict.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from calibrate.bench_compute import bench_model, reference_batch
+from calibrate.bench_roofline import roofline
+from calibrate.bench_transfer import bench_link, link_fits, pinned_options
+from calibrate.bench_weights import bench_load_disk, bench_load_host, bench_unload
+from calibrate.build import DeviceResults, Measurements, assemble_profile
+from calibrate.extrapolate import ReferencePoint
+from calibrate.hardware import cpu_as_device_identity, cpu_identity, gpu_identity, software_versions
+from calibrate.layers import torch_dtype
+from calibrate.plan import ComputePlan, Plan, Tick
+from calibrate.timing import configure_cpu_threads
+from sim.catalogue import ModelSpec
+
+CPU = torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to calibrate: a device, models at a dtype, where scratch checkpoints may be written."""
+
+    device: torch.device
+    models: tuple[ModelSpec, ...]
+    dtype: str
+    plan_name: str  # "quick" or "full", recorded in the profile
+    workdir: Path
+
+
+def total_steps(plan: Plan, request: Request) -> int:
+    """How many progress ticks ``run_calibration`` makes (for the progress bar)."""
+    per_model = plan.device.points + (plan.cpu.points if plan.cpu else 0)
+    link = len(pinned_options(request.device)) * len(plan.transfer_sizes_bytes) * 2
+    weights = 2 * len(plan.load_sizes_bytes) + len(plan.unload_sizes_bytes)
+    return 2 + len(request.models) * per_model + link + weights
+
+
+def reference_point(plan: ComputePlan) -> ReferencePoint:
+    """The middle of a compute plan's grids: where single-number costs are quoted and models compared."""
+    batch = reference_batch(plan)
+    contexts, prompts = sorted(plan.decode_contexts), sorted(plan.prefill_tokens)
+    return ReferencePoint(batch, batch * contexts[len(contexts) // 2], prompts[len(prompts) // 2])
+
+
+def _device_results(raw: dict, device: torch.device) -> DeviceResults:
+    timer = "CUDA events" if device.type == "cuda" else "perf_counter"
+    return DeviceResults(raw["decode"], raw["prefill"], raw["head"], raw["boundary"], raw["chained_layers"], timer)
+
+
+def run_calibration(request: Request, plan: Plan, tick: Tick) -> dict:
+    """Measure everything the plan asks for and return the assembled (not yet validated) profile."""
+    configure_cpu_threads()
+    device, dtype = request.device, torch_dtype(request.dtype)
+    cpu = cpu_identity()
+    gpu = gpu_identity(device) if device.type == "cuda" else cpu_as_device_identity(cpu)
+    tick("hardware identity")
+
+    device_roof = roofline(device, torch.bfloat16, plan.gemm_size, plan.bandwidth_bytes, plan.roofline_repeats)
+    cpu_plan = plan.cpu or plan.device
+    cpu_roof = roofline(CPU, dtype, min(plan.gemm_size, 2048), min(plan.bandwidth_bytes, 2**30), plan.roofline_repeats)
+    tick("roofline: GEMM and memory bandwidth")
+
+    on_device, on_cpu = {}, {}
+    for spec in request.models:
+        on_device[spec.name] = _device_results(bench_model(spec, dtype, device, plan.device, tick), device)
+        if plan.cpu is not None:
+            on_cpu[spec.name] = _device_results(bench_model(spec, dtype, CPU, plan.cpu, tick), CPU)
+
+    copy_counts = tuple(sorted({2 * spec.num_layers for spec in request.models}))
+    link_samples = bench_link(device, plan.transfer_sizes_bytes, copy_counts, plan.transfer_repeats, tick)
+
+    with tempfile.TemporaryDirectory(dir=request.workdir, prefix=".mmsim-calibrate-") as scratch:
+        disk, dropped = bench_load_disk(device, plan.load_sizes_bytes, plan.weight_tensor_bytes, Path(scratch),
+                                        plan.weight_repeats, tick)
+    disk_note = (f"checkpoints written under {request.workdir}; "
+                 + ("page cache dropped with posix_fadvise(DONTNEED) before each load" if dropped
+                    else "page cache could not be dropped: figures may be RAM reads"))
+    host = bench_load_host(device, plan.load_sizes_bytes, plan.weight_tensor_bytes, plan.weight_repeats, tick)
+    unload = bench_unload(device, plan.unload_sizes_bytes, plan.weight_tensor_bytes, plan.weight_repeats, tick)
+
+    measurements = Measurements(
+        device_type=device.type, dtype=request.dtype, plan_name=request.plan_name, gpu=gpu, cpu=cpu,
+        software=software_versions(device, request.plan_name), device_roofline=device_roof, cpu_roofline=cpu_roof,
+        device_reference=reference_point(plan.device), cpu_reference=reference_point(cpu_plan),
+        specs={spec.name: spec for spec in request.models}, on_device=on_device, on_cpu=on_cpu,
+        link=link_fits(device, link_samples), load_disk=disk, load_disk_note=disk_note, load_host=host, unload=unload,
+    )
+    name = default_name(gpu["name"])
+    description = (f"Calibrated on {gpu['name']} / {cpu['model']} by mmsim calibrate "
+                   f"({request.plan_name} plan, {request.dtype}, models: {', '.join(s.name for s in request.models)})")
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return assemble_profile(measurements, name, description, created)
+
+
+def default_name(device_name: str) -> str:
+    """A profile name from the device name: ``calibrated-nvidia-h200``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
+    return f"calibrated-{slug}"

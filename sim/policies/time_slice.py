@@ -1,0 +1,117 @@
+"""``time-slice``: each GPU rotates a fixed group of models, one quantum at a time.
+
+Models are shared out to GPUs once (heaviest first, each to the GPU with the
+least weight assigned so far) and only ever run on their home GPU. When the
+group's models fit together they stay co-resident and the GPU interleaves
+their iterations (the engine's time-sharing), so no quantum is needed. When
+they do not fit, the resident model keeps the GPU for ``quantum_s`` seconds
+after its load; then, if another model of the group has requests waiting, it
+is unloaded with its running requests' KV swapped to host RAM, and the next
+model in the rotation is loaded. An idle resident model gives way at once.
+
+This is fair and starvation-free, but blind to cost: it pays the swap penalty
+every quantum regardless of how much work either model has.
+"""
+
+from __future__ import annotations
+
+from sim.policies.base import Policy
+from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, route_least_loaded
+from sim.policies.registry import register
+
+
+def home_groups(view) -> dict[int, list[int]]:
+    """GPU index → models rotating on it: heaviest model first, each to the GPU with least weight so far."""
+    load_bytes = {g.index: 0 for g in view.gpus}
+    groups: dict[int, list[int]] = {g.index: [] for g in view.gpus}
+    capacity = {g.index: g.capacity_bytes for g in view.gpus}
+    models = sorted(range(len(view.model_names)), key=lambda m: -view.costs(m).weight_bytes())
+    for model in models:
+        need = view.costs(model).gpu_weight_bytes(1.0)
+        fitting = [g for g in load_bytes if capacity[g] >= need]
+        if not fitting:
+            continue  # the model fits on no GPU: its requests stay unserved
+        target = min(fitting, key=lambda g: (load_bytes[g], g))
+        load_bytes[target] += need
+        groups[target].append(model)
+    return groups
+
+
+@register
+class TimeSlicePolicy(Policy):
+    name = "time-slice"
+    description = "Each GPU rotates its group of models with a fixed quantum, swapping KV out at quantum end."
+
+    @classmethod
+    def param_defaults(cls) -> dict:
+        return {"quantum_s": 5.0}
+
+    def __init__(self, **params):
+        super().__init__(**params)
+        self.groups: dict[int, list[int]] = {}
+        self.home: dict[int, object] = {}
+        self.cursor: dict[int, int] = {}
+        self.rechecks = Rechecks()
+
+    def setup(self, view) -> None:
+        self.groups = home_groups(view)
+        by_index = {g.index: g for g in view.gpus}
+        for index, models in self.groups.items():
+            for model in models:
+                self.home[model] = by_index[index]
+            self.cursor[index] = -1
+            for position, model in enumerate(models):
+                if view.load(model, by_index[index]) is None:
+                    break
+                self.cursor[index] = position
+
+    def route(self, request, view):
+        return route_least_loaded(request, view)
+
+    def on_arrival(self, request, view) -> None:
+        gpu = self.home.get(request.model)
+        if gpu is not None:
+            self.rotate(view, gpu)
+
+    def on_finish(self, request, instance, view) -> None:
+        if not instance.has_work:
+            self.rotate(view, instance.gpu)
+
+    def on_instance_ready(self, instance, view) -> None:
+        super().on_instance_ready(instance, view)
+        gpu = instance.gpu
+        self.rechecks.at(view, gpu.index, view.now + self.quantum_s, lambda v: self.rotate(v, gpu))
+
+    def on_unloaded(self, instance, view) -> None:
+        self.rotate(view, instance.gpu)
+
+    def next_in_rotation(self, view, gpu) -> int | None:
+        """The first model after the cursor in this GPU's group that is absent and has requests waiting."""
+        group = self.groups.get(gpu.index, [])
+        present = {i.model for i in live_instances(gpu)}
+        for step in range(1, len(group) + 1):
+            position = (self.cursor[gpu.index] + step) % len(group)
+            model = group[position]
+            if model not in present and view.pending_count(model):
+                return position
+        return None
+
+    def rotate(self, view, gpu) -> None:
+        """Load the next waiting model of the group: into free memory, or after the resident one's quantum."""
+        if is_moving(gpu):
+            return  # a load or unload is in flight; its completion calls back here
+        position = self.next_in_rotation(view, gpu)
+        if position is None:
+            return
+        model = self.groups[gpu.index][position]
+        if gpu.free_bytes() >= view.costs(model).gpu_weight_bytes(1.0):
+            self.cursor[gpu.index] = position
+            view.load(model, gpu)
+            return
+        residents = [i for i in live_instances(gpu) if i.status == "ready"]
+        expired = [i for i in residents if not i.has_work or view.now - i.ready_at_s >= self.quantum_s]
+        if expired:
+            view.unload(min(expired, key=lambda i: (i.ready_at_s, i.uid)), mode="swap")
+        elif residents:
+            due = min(i.ready_at_s for i in residents) + self.quantum_s
+            self.rechecks.at(view, gpu.index, due, lambda v: self.rotate(v, gpu))

@@ -1,0 +1,182 @@
+"""Running sweep tasks: on a local process pool (default) or on Ray, with resume and a progress bar.
+
+Every run is independent and deterministic given its scenario, so the pool and
+Ray produce the same files. Pool workers write their own run folder (same
+filesystem); Ray tasks send their results back and the driver writes them, so
+a remote cluster needs no shared filesystem.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from sim.errors import MmsimError
+from sim.results import atomic_write, write_run
+from sim.sweep.index import make_row, write_index
+from sim.sweep.spec import RunTask
+
+RAY_HINT = "--ray needs Ray, an optional extra: pip install -e '.[cluster]' (or pip install 'ray>=2.9')"
+
+
+def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool = False) -> dict:
+    """Run one task; write its folder when ``out_dir`` is given. Never raises: failures come back as data."""
+    from sim.scenario import parse_scenario
+    from sim.simulation import simulate
+
+    started = time.perf_counter()
+    outcome = {"run_id": task.run_id, "status": "ok", "error": "", "details": "", "summary": None, "result": None}
+    try:
+        scenario = parse_scenario(task.scenario_data, f"run {task.run_id}")
+        result = simulate(scenario, base_dir=Path(task.base_dir))
+        outcome["summary"] = result.summary
+        if out_dir is not None:
+            write_run(result, Path(out_dir), task.scenario_data)
+        elif return_frames:
+            outcome["result"] = result
+    except Exception as error:  # a run's failure is recorded in the index; the sweep goes on
+        outcome.update(status="failed", error=f"{type(error).__name__}: {error}", details=traceback.format_exc())
+        if out_dir is not None:
+            write_error(Path(out_dir), outcome["details"])
+    outcome["wall_s"] = time.perf_counter() - started
+    return outcome
+
+
+def write_error(run_dir: Path, text: str) -> None:
+    atomic_write(run_dir / "error.txt", lambda p: Path(p).write_text(text))
+
+
+class Backend:
+    """Where runs execute: a local process pool, or Ray (a local cluster started here, or one at an address).
+
+    A context manager, so that several batches (capacity search steps) share one pool or one Ray session.
+    """
+
+    def __init__(self, workers: int | None = None, use_ray: bool = False, ray_address: str | None = None):
+        self.workers = workers or os.cpu_count() or 1
+        self.use_ray = use_ray or bool(ray_address)
+        self.ray_address = ray_address
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray = None
+        self._ray_started_here = False
+
+    def __enter__(self) -> "Backend":
+        if not self.use_ray:
+            # spawn, not fork: the driver runs a progress-bar thread, and forking a threaded process is unsafe.
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+            return self
+        try:
+            import ray
+        except ImportError:
+            raise MmsimError(RAY_HINT) from None
+        self._ray = ray
+        if not ray.is_initialized():
+            options = {"address": self.ray_address} if self.ray_address else {"num_cpus": self.workers, "include_dashboard": False}
+            ray.init(log_to_driver=False, **options)
+            self._ray_started_here = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._ray_started_here:
+            self._ray.shutdown()
+
+    def map(self, tasks: list[RunTask], out: Path | None = None) -> Iterator[dict]:
+        """Outcomes of ``tasks`` as they finish. With ``out`` each run lands in OUT/<run_id>/."""
+        if self._ray is not None:
+            yield from self._ray_map(tasks, out)
+            return
+        futures = [self._pool.submit(simulate_task, t, str(out / t.run_id) if out else None) for t in tasks]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def _ray_map(self, tasks: list[RunTask], out: Path | None) -> Iterator[dict]:
+        remote = self._ray.remote(num_cpus=1, max_retries=0)(simulate_task)
+        data = {t.run_id: t.scenario_data for t in tasks}
+        pending = [remote.remote(t, None, out is not None) for t in tasks]
+        while pending:
+            done, pending = self._ray.wait(pending, num_returns=1)
+            outcome = self._ray.get(done[0])
+            if out is not None:
+                _write_on_driver(outcome, out / outcome["run_id"], data[outcome["run_id"]])
+            yield outcome
+
+
+def _write_on_driver(outcome: dict, run_dir: Path, scenario_data: dict) -> None:
+    if outcome["status"] == "ok":
+        write_run(outcome.pop("result"), run_dir, scenario_data)
+    else:
+        write_error(run_dir, outcome["details"])
+
+
+def finished(run_dir: Path) -> dict | None:
+    """The summary of a finished run (summary.json is written last), else None."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def progress_bar(enabled: bool) -> Progress:
+    """A progress bar over runs with elapsed time and ETA."""
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), disable=not enabled)
+
+
+def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int | None = None, use_ray: bool = False,
+              ray_address: str | None = None, show_progress: bool = True, meta: dict | None = None) -> dict:
+    """Run every task not already finished under OUT/runs/, keep OUT/index.* current, return what happened."""
+    out = Path(out)
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "sweep.json", lambda p: Path(p).write_text(json.dumps(
+        {**(meta or {}), "axes": axes, "runs": len(tasks)}, indent=1, default=str)))
+    rows: dict[str, dict] = {}
+    todo = []
+    for task in tasks:
+        summary = finished(runs_dir / task.run_id)
+        if summary is not None:
+            rows[task.run_id] = make_row(task.run_id, task.axes, "ok", summary=summary)
+        else:
+            _clear_partial(runs_dir / task.run_id)
+            todo.append(task)
+    by_id = {t.run_id: t for t in tasks}
+    ordered = lambda: [rows[t.run_id] for t in tasks if t.run_id in rows]  # noqa: E731 - index keeps sweep order
+    write_index(out, ordered(), axes)
+    started = time.perf_counter()
+    run_seconds = 0.0
+    failed = 0
+    with progress_bar(show_progress) as progress, Backend(workers, use_ray, ray_address) as backend:
+        bar = progress.add_task("sweep", total=len(tasks), completed=len(tasks) - len(todo))
+        for outcome in backend.map(todo, runs_dir):
+            task = by_id[outcome["run_id"]]
+            run_seconds += outcome["wall_s"]
+            failed += outcome["status"] != "ok"
+            rows[task.run_id] = make_row(task.run_id, task.axes, outcome["status"], outcome["error"], outcome["summary"])
+            write_index(out, ordered(), axes)
+            progress.advance(bar)
+    frame = pd.DataFrame(ordered())
+    return {"ran": len(todo), "skipped": len(tasks) - len(todo), "failed": failed, "wall_s": time.perf_counter() - started,
+            "run_seconds": run_seconds, "index": frame}
+
+
+def _clear_partial(run_dir: Path) -> None:
+    """An unfinished run folder (no summary.json) is redone from scratch."""
+    if run_dir.is_dir():
+        shutil.rmtree(run_dir)

@@ -1,0 +1,205 @@
+"""Sweep files: a base scenario and axes of values; expanded into one validated scenario per combination.
+
+An axis is a dotted path into the scenario (``policy.name``, ``seed``,
+``workload.generator.arrivals.rate_per_s``, ``slo.default.ttft_s``...) or one
+of the convenience axes: ``load`` (multiplies the arrival rate by dividing
+``workload.time_scale``) and ``gpus`` (total GPU count, laid out as nodes ×
+GPUs per node).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sim.errors import MmsimError, pydantic_error_message
+from sim.scenario import Scenario, parse_scenario, read_yaml
+
+CONVENIENCE_AXES = ("load", "gpus")
+
+
+class SweepSpec(BaseModel):
+    """A whole sweep file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "sweep"
+    base: str = Field(description="base scenario YAML, relative to the sweep file's folder (or the current one)")
+    axes: dict[str, list[typing.Any]] = Field(min_length=1)
+
+    @field_validator("axes")
+    @classmethod
+    def _non_empty(cls, axes: dict[str, list]) -> dict[str, list]:
+        for path, values in axes.items():
+            if not values:
+                raise ValueError(f"axis {path!r} has no values")
+            if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
+                raise ValueError(f"axis {path!r} lists a value twice")
+            if path in CONVENIENCE_AXES and not all(isinstance(v, (int, float)) and v > 0 for v in values):
+                raise ValueError(f"axis {path!r} needs positive numbers")
+        return axes
+
+
+@dataclass
+class RunTask:
+    """One run of a sweep: its id, its axis values and the full (validated) scenario as plain data."""
+
+    run_id: str
+    axes: dict
+    scenario_data: dict
+    base_dir: str
+    extra: dict = field(default_factory=dict)
+
+
+def run_id(axes: dict) -> str:
+    """A stable, readable id: the axis values as a short slug plus a hash of the exact values."""
+    digest = hashlib.sha1(json.dumps(axes, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    slug = "_".join(re.sub(r"[^A-Za-z0-9.+-]+", "-", str(v)).strip("-") for v in axes.values())
+    return f"{slug[:60]}-{digest}" if slug else digest
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep file."""
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise MmsimError("expected a YAML mapping at the top level", source=str(path))
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as error:
+        raise pydantic_error_message(error, str(path)) from None
+
+
+def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
+    """The base scenario: relative to the sweep file's folder first, then to the current folder."""
+    candidates = [Path(spec.base)] if Path(spec.base).is_absolute() else [sweep_path.parent / spec.base, Path(spec.base)]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise MmsimError(f"base scenario {spec.base!r} not found (looked in {', '.join(str(c) for c in candidates)})",
+                     source=str(sweep_path), field="base")
+
+
+def _model_of(annotation) -> type[BaseModel] | str | None:
+    """The pydantic model a field holds (through Optional/unions/Annotated), 'dict' for free-form mappings."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _model_of(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        found = [m for m in (_model_of(a) for a in typing.get_args(annotation)) if m is not None]
+        models = [m for m in found if m != "dict"]
+        return models[0] if len(models) == 1 else ("dict" if "dict" in found else (models[0] if models else None))
+    if origin is dict or annotation is dict:
+        return "dict"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def known_path(path: str, data: dict) -> bool:
+    """Whether ``path`` names a field of the base scenario, or an optional field the schema knows."""
+    node: object = data
+    parts = path.split(".")
+    for depth, part in enumerate(parts):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+            continue
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+            continue
+        return _schema_has(parts)
+    return True
+
+
+def _schema_has(parts: list[str]) -> bool:
+    model: type[BaseModel] | str | None = Scenario
+    for part in parts:
+        if model == "dict":
+            return True
+        if not isinstance(model, type) or part not in model.model_fields:
+            return False
+        model = _model_of(model.model_fields[part].annotation) or "leaf"
+    return True
+
+
+def set_path(data: dict, path: str, value) -> None:
+    """Set a dotted path in a scenario dict, creating missing mappings on the way."""
+    parts = path.split(".")
+    node = data
+    for part in parts[:-1]:
+        if isinstance(node, list):
+            node = node[int(part)]
+            continue
+        if not isinstance(node.get(part), (dict, list)):
+            node[part] = {}
+        node = node[part]
+    if isinstance(node, list):
+        node[int(parts[-1])] = value
+    else:
+        node[parts[-1]] = value
+
+
+def gpu_layout(total: int, max_per_node: int) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) for ``total`` GPUs on the fewest nodes, or None if it does not split evenly."""
+    nodes = math.ceil(total / max_per_node)
+    return (nodes, total // nodes) if total % nodes == 0 else None
+
+
+def gpus_per_node_of(data: dict, base_dir: Path) -> int:
+    """The most GPUs a node may hold: the scenario's ``cluster.gpus_per_node`` or its profile's."""
+    from sim.profile import load_profile
+
+    given = (data.get("cluster") or {}).get("gpus_per_node")
+    return int(given) if given else load_profile(data.get("profile", "paper-rtx5000"), base_dir).hardware.gpu.gpus_per_node
+
+
+def apply_axis(data: dict, path: str, value, base_dir: Path) -> None:
+    """Apply one axis value to a scenario dict (convenience axes included)."""
+    if path == "load":
+        workload = data.setdefault("workload", {})
+        workload["time_scale"] = float(workload.get("time_scale", 1.0)) / float(value)
+    elif path == "gpus":
+        per_node = gpus_per_node_of(data, base_dir)
+        layout = gpu_layout(int(value), per_node)
+        if layout is None or int(value) != value:
+            raise MmsimError(f"{value} GPUs cannot be laid out evenly on nodes of at most {per_node} GPUs", field="gpus")
+        cluster = data.setdefault("cluster", {})
+        cluster["nodes"], cluster["gpus_per_node"] = layout
+    else:
+        set_path(data, path, copy.deepcopy(value))
+
+
+def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
+    """Every combination of axis values as a validated run; a bad value names the run and the field."""
+    sweep_path = Path(sweep_path)
+    base_path = resolve_base(spec, sweep_path)
+    base_data = read_yaml(base_path)
+    parse_scenario(base_data, str(base_path))
+    for path in spec.axes:
+        if path not in CONVENIENCE_AXES and not known_path(path, base_data):
+            raise MmsimError(f"axis {path!r} is not a field of the base scenario {base_path.name} "
+                             f"(convenience axes: {', '.join(CONVENIENCE_AXES)})", source=str(sweep_path), field=f"axes.{path}")
+    names = list(spec.axes)
+    tasks = []
+    for combination in itertools.product(*(spec.axes[n] for n in names)):
+        axes = dict(zip(names, combination))
+        identifier = run_id(axes)
+        data = copy.deepcopy(base_data)
+        source = f"{sweep_path} run {identifier}"
+        try:
+            for path, value in axes.items():
+                apply_axis(data, path, value, base_path.parent)
+        except MmsimError as error:
+            raise MmsimError(str(error), source=source) from None
+        parse_scenario(data, source)
+        tasks.append(RunTask(identifier, axes, data, str(base_path.parent)))
+    return tasks

@@ -1,0 +1,58 @@
+"""Merging several time-ordered request streams into one (e.g. one single-model trace per service).
+
+A streaming k-way merge: it holds at most about one chunk per input. Rows with
+equal arrival times keep the order of the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from sim.workload.chunk import RequestChunk
+from sim.workload.columns import concat, optional_columns, take
+
+
+def merge_streams(streams: Iterable[Iterable[RequestChunk]], rows: int = 65536) -> Iterator[RequestChunk]:
+    """One stream in arrival order from time-ordered streams; chunks of up to ``rows`` rows, renumbered.
+
+    The output carries every optional column that any input's first chunk has.
+    """
+    sources = [iter(stream) for stream in streams]
+    buffers: list[RequestChunk | None] = [None] * len(sources)
+    live = list(range(len(sources)))
+    optional: set[str] = set()
+    started = False
+    emitted = 0
+    while live:
+        for index in list(live):
+            while buffers[index] is None or len(buffers[index]) == 0:
+                buffers[index] = next(sources[index], None)
+                if buffers[index] is None:
+                    live.remove(index)
+                    break
+                if not started:
+                    optional.update(optional_columns(buffers[index]))
+        started = True
+        pending = [index for index, buffer in enumerate(buffers) if buffer is not None and len(buffer)]
+        if not pending:
+            break
+        # Every row up to the smallest "last time" among live inputs is safe to emit: no live input can
+        # still produce an earlier row. Exhausted inputs do not constrain it.
+        horizon_s = min((float(buffers[index].arrival_s[-1]) for index in live), default=np.inf)
+        parts = []
+        for index in pending:
+            buffer = buffers[index]
+            cut = int(np.searchsorted(buffer.arrival_s, horizon_s, side="right"))
+            parts.append(take(buffer, slice(0, cut)))
+            rest = take(buffer, slice(cut, None))
+            buffers[index] = rest if len(rest) else None
+        merged = concat(parts, optional)
+        merged = take(merged, np.argsort(merged.arrival_s, kind="stable"))
+        for start in range(0, len(merged), rows):
+            piece = take(merged, slice(start, start + rows))
+            piece.extra = {}
+            piece.first_id = emitted
+            emitted += len(piece)
+            yield piece

@@ -1,0 +1,136 @@
+"""Reading the native trace format (CSV, JSONL or Parquet), streamed in chunks.
+
+One request per row: ``arrival_s`` (seconds, >= 0, non-decreasing), ``model``
+(a catalogue name), ``prompt_tokens`` and ``output_tokens`` (whole numbers >= 1),
+and optionally ``priority`` (whole number >= 0, default 0), ``slo_class`` (text)
+and ``prefix_ids`` (ids of shared prompt-prefix blocks; in CSV space-separated,
+in JSONL/Parquet a list of integers). Chunks carry prefix ids as tuples of ints.
+CSV and Parquet name their columns in the header/schema; in JSONL the keys of
+the first line set the optional columns (a later line may omit one, not add one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sim.errors import MmsimError
+from sim.workload.chunk import RequestChunk
+from sim.workload.columns import NATIVE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, make_chunk
+from sim.workload.rows import ImportOptions, RowReport, finite_numbers, whole_numbers
+from sim.workload.textfiles import csv_blocks, file_kind, jsonl_blocks, open_bytes, read_header
+
+TEXT_COLUMNS = ("model", "slo_class", "prefix_ids")
+
+
+def read_native(path: Path, options: ImportOptions, report: RowReport, rows: int) -> Iterator[RequestChunk]:
+    """Chunks of a native trace file; each carries ``extra['line']`` (line or row numbers for errors)."""
+    kind = file_kind(path)
+    if kind == "csv":
+        with open_bytes(path) as handle:
+            _check_columns(read_header(handle, path), path, "header")
+        for _, frame, lines in csv_blocks(path, rows, report, text_columns=TEXT_COLUMNS):
+            yield decode_native(frame, lines, report, prefix_text=True)
+    elif kind == "jsonl":
+        yield from _read_jsonl(path, report, rows)
+    else:
+        yield from _read_parquet(path, report, rows)
+
+
+def _check_columns(names, path: Path, where: str) -> None:
+    unknown = [name for name in names if name not in NATIVE_COLUMNS]
+    missing = [name for name in REQUIRED_COLUMNS if name not in names]
+    if unknown or missing:
+        problem = f"unknown column {unknown[0]!r}" if unknown else f"missing column {missing[0]!r}"
+        raise MmsimError(f"{problem} in the {where}; native columns are {', '.join(NATIVE_COLUMNS)}", source=str(path))
+
+
+def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChunk]:
+    allowed: set[str] | None = None
+    for records, lines in jsonl_blocks(path, rows, report):
+        if allowed is None:
+            _check_columns(list(records[0]), path, "first line")
+            allowed = set(records[0])
+        keep = np.ones(len(records), dtype=bool)
+        for index, record in enumerate(records):
+            surplus = record.keys() - allowed
+            if surplus:
+                keep[index] = False
+                name = min(surplus)
+                report.reject(int(lines[index]), f"key {name!r} is not on the first line (the first line sets the columns)"
+                              if name in OPTIONAL_COLUMNS else f"unknown key {name!r}; native keys are {', '.join(NATIVE_COLUMNS)}")
+        if keep.any():
+            kept = [record for record, ok in zip(records, keep) if ok]
+            columns = [name for name in NATIVE_COLUMNS if name in allowed]
+            yield decode_native(pd.DataFrame.from_records(kept, columns=columns), lines[keep], report, prefix_text=False)
+
+
+def _read_parquet(path: Path, report: RowReport, rows: int) -> Iterator[RequestChunk]:
+    report.unit = "row"
+    try:
+        parquet = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise MmsimError("file not found", source=str(path)) from None
+    except (pa.ArrowInvalid, OSError) as error:
+        raise MmsimError(f"not a readable Parquet file ({error})", source=str(path)) from None
+    _check_columns(parquet.schema_arrow.names, path, "schema")
+    first = 1
+    for batch in parquet.iter_batches(batch_size=rows):
+        frame = batch.to_pandas()
+        lines = np.arange(first, first + len(frame), dtype=np.int64)
+        first += len(frame)
+        report.rows_read += len(frame)
+        yield decode_native(frame, lines, report, prefix_text=False)
+
+
+def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, prefix_text: bool) -> RequestChunk:
+    """Check and convert one block of native rows; malformed rows go to ``report``."""
+    arrival_s, bad_arrival, why_arrival = finite_numbers(frame["arrival_s"], "arrival_s", minimum=0.0)
+    prompt, bad_prompt, why_prompt = whole_numbers(frame["prompt_tokens"], "prompt_tokens")
+    output, bad_output, why_output = whole_numbers(frame["output_tokens"], "output_tokens")
+    model = frame["model"].to_numpy(dtype=object, na_value=None)
+    bad_model = np.fromiter((not (isinstance(name, str) and name.strip()) for name in model), bool, len(model))
+    checks = [(bad_arrival, why_arrival), (bad_model, lambda i: "model is missing or not a name"),
+              (bad_prompt, why_prompt), (bad_output, why_output)]
+    optional = {}
+    if "priority" in frame:
+        priority, bad_priority, why_priority = whole_numbers(frame["priority"].fillna(0), "priority", minimum=0)
+        optional["priority"] = priority
+        checks.append((bad_priority, why_priority))
+    if "slo_class" in frame:
+        classes = frame["slo_class"].to_numpy(dtype=object, na_value=None)
+        bad_class = np.fromiter((not (value is None or isinstance(value, str)) for value in classes), bool, len(classes))
+        optional["slo_class"] = np.array([value or None for value in classes], dtype=object)
+        checks.append((bad_class, lambda i: "slo_class must be text"))
+    if "prefix_ids" in frame:
+        parsed = [parse_prefix_ids(value, prefix_text) for value in frame["prefix_ids"].to_numpy(dtype=object, na_value=None)]
+        bad_prefix = np.fromiter((ids is False for ids in parsed), bool, len(parsed))
+        prefix = np.empty(len(parsed), dtype=object)
+        prefix[:] = [None if ids is False else ids for ids in parsed]
+        optional["prefix_ids"] = prefix
+        checks.append((bad_prefix, lambda i: "prefix_ids must be whole numbers (space-separated in CSV, a list in JSON)"))
+    keep = report.check(lines, checks)
+    model = np.array([name.strip() if ok else "" for name, ok in zip(model, ~bad_model)], dtype=object)
+    return make_chunk(arrival_s[keep], model[keep], prompt[keep], output[keep],
+                      **{name: values[keep] for name, values in optional.items()}, extra={"line": lines[keep]})
+
+
+def parse_prefix_ids(value, text: bool):
+    """A tuple of ints, None when absent or empty, or False when malformed."""
+    if value is None:
+        return None
+    if text:
+        items = value.split() if isinstance(value, str) else None
+    else:
+        items = None if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__") else list(value)
+    if items is None or any(isinstance(item, (bool, float)) for item in items):
+        return False
+    try:
+        return tuple(int(item) for item in items) or None
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,112 @@
+"""Reading any trace format into native request chunks, streamed.
+
+The same steps follow every format's reader: rows must be in time order; the
+time origin is the first row for formats with absolute times (``rebase``),
+time 0 otherwise; the ``start_s``/``end_s`` window is cut (reading stops past
+its end); the window start becomes time 0 and inter-arrival times are
+multiplied by ``time_scale``; model labels are mapped; ``first_id`` numbers the
+rows that come out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.catalogue import catalogue, get_model
+from sim.errors import MmsimError
+from sim.workload.chunk import RequestChunk
+from sim.workload.columns import take
+from sim.workload.importers import get_format
+from sim.workload.rows import ImportOptions, RowReport
+
+
+def check_options(fmt: str, options: ImportOptions) -> None:
+    """Option errors that can be found before reading (model names, map, window)."""
+    spec = get_format(fmt)
+    if options.model is not None and options.model_map is not None:
+        raise MmsimError("give --model or --model-map, not both")
+    if not spec.model_column and options.model is None:
+        raise MmsimError(f"{fmt} traces have no model column; name the model (--model NAME, or model: in a scenario)")
+    if not spec.model_column and options.model_map is not None:
+        raise MmsimError(f"{fmt} traces have no model column to map; use --model NAME")
+    if options.check_models:
+        for name in [options.model] if options.model else (options.model_map or {}).values():
+            get_model(name)
+    if options.time_scale <= 0:
+        raise MmsimError("time scale must be > 0")
+    if options.start_s is not None and options.end_s is not None and options.end_s <= options.start_s:
+        raise MmsimError("the window end must be after its start")
+
+
+def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = None, *, rows: int = 65536,
+               report: RowReport | None = None) -> Iterator[RequestChunk]:
+    """Native chunks of up to ``rows`` requests from a trace file of format ``fmt``.
+
+    Pass a :class:`RowReport` to learn afterwards how many rows were read,
+    written, malformed (``options.skip_bad``) or dropped.
+    """
+    options = options or ImportOptions()
+    check_options(fmt, options)
+    spec = get_format(fmt)
+    path = Path(path)
+    report = report if report is not None else RowReport(str(path))
+    report.skip_bad = options.skip_bad
+    known = set(catalogue())
+    origin_s = None if spec.rebase else 0.0
+    latest_s = -np.inf
+    start_s = options.start_s or 0.0
+    end_s = np.inf if options.end_s is None else options.end_s
+    emitted = 0
+    for raw in spec.read(path, options, report, rows):
+        lines = raw.extra["line"]
+        earlier = raw.arrival_s < np.maximum.accumulate(np.concatenate([[latest_s], raw.arrival_s]))[:-1]
+        keep = report.check(lines, [(earlier, lambda i: "earlier than the row before; traces must be sorted by time")])
+        chunk = take(raw, keep)
+        if len(chunk) == 0:
+            continue
+        latest_s = max(latest_s, float(chunk.arrival_s[-1]))
+        if origin_s is None:
+            origin_s = float(chunk.arrival_s[0])
+        relative_s = chunk.arrival_s - origin_s
+        chunk = take(chunk, (relative_s >= start_s) & (relative_s < end_s))
+        past_end = bool(relative_s[-1] >= end_s)
+        chunk.arrival_s = (chunk.arrival_s - origin_s - start_s) * options.time_scale
+        chunk = _map_models(chunk, spec.model_column, options, report, known)
+        chunk.extra = {}
+        chunk.first_id = emitted
+        emitted += len(chunk)
+        report.rows_out += len(chunk)
+        if len(chunk):
+            yield chunk
+        if past_end:
+            return
+
+
+def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions, report: RowReport,
+                known: set[str]) -> RequestChunk:
+    """Apply --model / --model-map to rows that carry model labels; unmapped or unknown labels are bad rows."""
+    if not model_column or len(chunk) == 0:
+        return chunk
+    lines = chunk.extra["line"]
+    if options.model is not None:
+        chunk.model = np.full(len(chunk), options.model, dtype=object)
+        return chunk
+    if options.model_map is not None:
+        mapped = pd.Series(chunk.model).map(options.model_map)
+        unmapped = mapped.isna().to_numpy()
+        labels = chunk.model
+        keep = report.check(lines, [(unmapped, lambda i: f"model {labels[i]!r} has no entry in the model map "
+                                                         f"({', '.join(options.model_map)})")])
+        chunk.model = mapped.to_numpy(dtype=object, na_value=None)
+        return take(chunk, keep)
+    if options.check_models:
+        unknown = np.fromiter((name not in known for name in chunk.model), bool, len(chunk))
+        labels = chunk.model
+        keep = report.check(lines, [(unknown, lambda i: f"model {labels[i]!r} is not a catalogue model; map it "
+                                                        f"with --model-map LABEL=NAME (known: {', '.join(sorted(known))})")])
+        return take(chunk, keep)
+    return chunk

@@ -1,0 +1,52 @@
+"""The workload as the engine sees it: a stream of request chunks from a scenario's ``workload:`` section."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from sim.workload.chunk import RequestChunk
+from sim.workload.config import TraceConfig, WorkloadConfig
+from sim.workload.generator import generate
+from sim.workload.reader import read_trace
+from sim.workload.rows import ImportOptions
+from sim.workload.textfiles import resolve_input
+
+
+def trace_options(trace: TraceConfig, *, seed: int, base_dir: Path | None, check_models: bool = False) -> ImportOptions:
+    """The import options a scenario's ``trace:`` entry stands for."""
+    return ImportOptions(model=trace.model, model_map=trace.model_map, time_scale=trace.time_scale,
+                         start_s=trace.start_s, end_s=trace.end_s, skip_bad=trace.skip_bad, arrivals=trace.arrivals,
+                         seed=seed, base_dir=None if base_dir is None else str(base_dir), check_models=check_models)
+
+
+def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_rows: int = 65536) -> Iterator[RequestChunk]:
+    """Chunks of up to ``chunk_rows`` requests in non-decreasing arrival order; ``first_id`` is the running index.
+
+    Relative paths resolve against ``base_dir`` (the scenario's folder), then the
+    current folder. A bad trace file raises :class:`sim.errors.MmsimError` naming
+    the file and line; a missing file names the field. ``time_scale`` multiplies
+    every arrival time. Model names are not checked here: the scenario's models are.
+    """
+    if config.generator is not None:
+        chunks = generate(config.generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows)
+    else:
+        trace = config.trace
+        path = resolve_input(trace.path, base_dir, "workload.trace.path")
+        options = trace_options(trace, seed=seed, base_dir=base_dir)
+        chunks = read_trace(path, trace.format, options, rows=chunk_rows)
+    for chunk in chunks:
+        if config.time_scale != 1.0:
+            chunk.arrival_s = chunk.arrival_s * config.time_scale
+        yield chunk
+
+
+def model_names(config: WorkloadConfig) -> list[str] | None:
+    """The models the workload can request when known without reading a file (generator mix, --model, map)."""
+    if config.generator is not None:
+        return config.generator.model_names()
+    if config.trace.model is not None:
+        return [config.trace.model]
+    if config.trace.model_map is not None:
+        return sorted(set(config.trace.model_map.values()))
+    return None

@@ -1,0 +1,42 @@
+"""Shared test helpers: paths to the repository and to the read-only public traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def shared() -> Path:
+    if not SHARED.exists():
+        pytest.skip("../shared (public traces and paper reference) is not beside this checkout")
+    return SHARED
+
+
+def scenario_dict(**overrides) -> dict:
+    """A small valid scenario; keyword arguments replace top-level sections."""
+    data = {
+        "name": "test",
+        "seed": 3,
+        "profile": "paper-rtx5000",
+        "cluster": {"nodes": 1, "gpus_per_node": 2, "host_memory_gb": 64},
+        "models": [{"name": "qwen2.5-3b"}, {"name": "qwen3-8b"}],
+        "workload": {"generator": {"duration_s": 60, "arrivals": {"process": "poisson", "rate_per_s": 2.0},
+                                   "mix": {"qwen2.5-3b": 0.5, "qwen3-8b": 0.5},
+                                   "prompt_tokens": {"dist": "lognormal", "mean": 500, "cv": 1.0},
+                                   "output_tokens": {"dist": "lognormal", "mean": 100, "cv": 1.0}}},
+        "slo": {"default": {"ttft_s": 2.0, "tpot_s": 0.1}},
+        "engine": {"max_num_seqs": 32, "max_num_batched_tokens": 2048},
+        "policy": {"name": "static"},
+    }
+    data.update(overrides)
+    return data
