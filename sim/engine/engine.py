@@ -98,8 +98,25 @@ class Engine:
                 self._set_recompute(request)
             request.state = "waiting"
             instance.waiting.append(request)
-        if instance.status == "ready":
+        if instance.status == "ready" and self._could_start(instance, request):
             instance.gpu.kick(self)
+
+    def _could_start(self, instance: Instance, request: Request) -> bool:
+        """Whether ``request`` might join ``instance``'s batch at its next iteration boundary.
+
+        Only then is a fast-forward window worth cutting short; the check is conservative
+        (free blocks only shrink while a batch decodes), so skipping it changes no result."""
+        gpu = instance.gpu
+        step = gpu.current
+        if step is None or step.instance is not instance or self.policy.reorders_waiting:
+            return True
+        if len(instance.waiting) + len(instance.swapped) > 1:
+            return False  # FCFS: older requests are already blocked ahead of it
+        if len(instance.running) + len(instance.prefilling) >= self.config.max_num_seqs:
+            return False
+        need = blocks_for((request.prefill_target if request.state == "waiting" else request.context_tokens) + 1,
+                          self.config.block_size)
+        return need <= instance.free_blocks()
 
     def drop(self, request: Request, reason: str) -> None:
         request.state = "dropped"

@@ -103,6 +103,9 @@ class Gpu:
             self._window_end.succeed()
 
     def _next_instance(self) -> Instance | None:
+        if len(self.instances) == 1:
+            only = self.instances[0]
+            return only if only.status == "ready" and only.has_work and only not in self.blocked else None
         active = [i for i in self.active_instances() if i not in self.blocked]
         if not active:
             return None

@@ -22,6 +22,14 @@ class Policy:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # The engine may skip waking a busy GPU for an arrival queued behind blocked FCFS
+        # requests; a policy that reorders the waiting queue must always be woken.
+        cls.reorders_waiting = cls.order_waiting is not Policy.order_waiting
+
+    reorders_waiting: ClassVar[bool] = False
+
     def __init__(self, **params):
         unknown = set(params) - set(self.param_defaults())
         if unknown:
