@@ -195,13 +195,15 @@ class Engine:
         """Take ``request`` off the GPU by KV swap (``swap``) or drop-and-recompute (``recompute``).
 
         Returns the seconds of device-to-host transfer the instance must wait for."""
+        # A half-done prefill has no complete KV worth moving: it is recomputed.
+        decoding = request.state == "running"
         instance.release(request)
         request.preemptions += 1
         request.preempted_at_s = now
         node = self.nodes[instance.gpu.node]
         kv_bytes = request.context_tokens * instance.costs.kv_bytes_per_token
         seconds = 0.0
-        if mode == "swap" and node.reserve_host(kv_bytes):
+        if mode == "swap" and decoding and node.reserve_host(kv_bytes):
             seconds = node.transfer(now, instance.costs.kv_transfer_s(request.context_tokens, "device_to_host"), "device_to_host")
             request.add_loss("kv_out", seconds)
             request.kv_on_host_node = node.index

@@ -42,6 +42,14 @@ class Gpu:
     def free_bytes(self) -> int:
         return self.capacity_bytes - self.used_bytes()
 
+    def in_flight_bytes(self) -> int:
+        """KV the step now running will allocate when it ends (its decodes' new blocks)."""
+        step = self.current
+        if step is None or step.iterations < 1 or not step.batch:
+            return 0
+        instance = step.instance
+        return instance.phases.new_blocks(instance.iteration, step.iterations) * instance.block_bytes
+
     def resident(self, model: int) -> Instance | None:
         for instance in self.instances:
             if instance.model == model and instance.status in ("ready", "loading"):

@@ -21,7 +21,8 @@ def _paused(request) -> bool:
 def load(engine, model: int, gpu, gpu_share: float = 1.0, from_host: bool = False) -> Instance | None:
     """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory."""
     costs = engine.costs[model]
-    if costs.gpu_weight_bytes(gpu_share) > gpu.free_bytes():
+    gpu.cut_window(engine)  # settle a fast-forward window so the memory check sees now, not its start
+    if costs.gpu_weight_bytes(gpu_share) > gpu.free_bytes() - gpu.in_flight_bytes():
         return None
     env = engine.env
     instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config)
