@@ -8,6 +8,7 @@ a remote cluster needs no shared filesystem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -18,7 +19,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Iterator
 
-import pandas as pd
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
@@ -162,16 +162,18 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     started = time.perf_counter()
     run_seconds = 0.0
     failed = 0
-    with progress_bar(show_progress) as progress, Backend(workers, use_ray, ray_address) as backend:
+    # No backend (and no Ray start-up) when everything is already done.
+    backend = Backend(workers, use_ray, ray_address) if todo else contextlib.nullcontext()
+    with progress_bar(show_progress) as progress, backend:
         bar = progress.add_task("sweep", total=len(tasks), completed=len(tasks) - len(todo))
-        for outcome in backend.map(todo, runs_dir):
+        for outcome in backend.map(todo, runs_dir) if todo else ():
             task = by_id[outcome["run_id"]]
             run_seconds += outcome["wall_s"]
             failed += outcome["status"] != "ok"
             rows[task.run_id] = make_row(task.run_id, task.axes, outcome["status"], outcome["error"], outcome["summary"])
             write_index(out, ordered(), axes)
             progress.advance(bar)
-    frame = pd.DataFrame(ordered())
+    frame = write_index(out, ordered(), axes)
     return {"ran": len(todo), "skipped": len(tasks) - len(todo), "failed": failed, "wall_s": time.perf_counter() - started,
             "run_seconds": run_seconds, "index": frame}
 

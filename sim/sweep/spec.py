@@ -17,7 +17,7 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -58,7 +58,6 @@ class RunTask:
     axes: dict
     scenario_data: dict
     base_dir: str
-    extra: dict = field(default_factory=dict)
 
 
 def run_id(axes: dict) -> str:
@@ -89,20 +88,18 @@ def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
                      source=str(sweep_path), field="base")
 
 
-def _model_of(annotation) -> type[BaseModel] | str | None:
-    """The pydantic model a field holds (through Optional/unions/Annotated), 'dict' for free-form mappings."""
+def _models_of(annotation) -> list:
+    """The pydantic models a field may hold (through Optional, unions, lists, Annotated); 'dict' for mappings."""
     origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _model_of(typing.get_args(annotation)[0])
+    if origin in (typing.Annotated, list):
+        return _models_of(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        found = [m for m in (_model_of(a) for a in typing.get_args(annotation)) if m is not None]
-        models = [m for m in found if m != "dict"]
-        return models[0] if len(models) == 1 else ("dict" if "dict" in found else (models[0] if models else None))
+        return [m for a in typing.get_args(annotation) for m in _models_of(a)]
     if origin is dict or annotation is dict:
-        return "dict"
+        return ["dict"]
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return None
+        return [annotation]
+    return []
 
 
 def known_path(path: str, data: dict) -> bool:
@@ -120,15 +117,17 @@ def known_path(path: str, data: dict) -> bool:
     return True
 
 
-def _schema_has(parts: list[str]) -> bool:
-    model: type[BaseModel] | str | None = Scenario
-    for part in parts:
-        if model == "dict":
-            return True
-        if not isinstance(model, type) or part not in model.model_fields:
-            return False
-        model = _model_of(model.model_fields[part].annotation) or "leaf"
-    return True
+def _schema_has(parts: list[str], model=Scenario) -> bool:
+    """Whether the schema, from ``model`` down, has the field path ``parts`` (any member of a union will do)."""
+    if not parts or model == "dict":
+        return True
+    part, rest = parts[0], parts[1:]
+    if part.isdigit():  # an item of a list field: the same model describes it
+        return _schema_has(rest, model)
+    if not isinstance(model, type) or part not in model.model_fields:
+        return False
+    inner = _models_of(model.model_fields[part].annotation)
+    return not rest if not inner else any(_schema_has(rest, m) for m in inner)
 
 
 def set_path(data: dict, path: str, value) -> None:

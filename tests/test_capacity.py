@@ -1,0 +1,82 @@
+"""Capacity planning: bisection over load and search over GPU counts, on synthetic curves and a tiny scenario."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.errors import MmsimError
+from sim.scenario import read_yaml
+from sim.sweep.capacity import CapacityQuery, Evaluator, gpu_counts, max_load, min_gpus, plan_capacity
+from sim.sweep.execute import Backend
+
+from test_sweep import SCENARIO
+
+
+@pytest.fixture
+def scenario_path(tmp_path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    return path
+
+
+def test_bisection_finds_the_edge_and_reports_bounds():
+    curve = lambda load: 1.0 if load <= 1.3 else 0.5  # noqa: E731
+    load, bound = max_load(curve, 0.9, 0.25, 4.0, 0.01)
+    assert bound == "exact" and 1.29 <= load <= 1.3
+    assert max_load(curve, 0.4, 0.25, 4.0, 0.01) == (4.0, "at-least")
+    assert max_load(curve, 1.1, 0.25, 4.0, 0.01) == (None, "below-low")
+
+
+def test_higher_target_never_gives_more_capacity_even_on_a_bumpy_curve():
+    bumpy = lambda load: 1.0 - 0.2 * load + 0.15 * ((load * 7) % 1)  # noqa: E731 - not monotone in load
+    loads = [max_load(bumpy, t, 0.1, 5.0, 0.02)[0] or 0.0 for t in (0.3, 0.5, 0.7, 0.9, 0.95)]
+    assert loads == sorted(loads, reverse=True)
+
+
+def test_min_gpus_brackets_then_bisects():
+    counts = gpu_counts(2, 10)
+    assert counts == [1, 2, 4, 6, 8, 10]
+    for need in range(0, 12):
+        expected = next((c for c in counts if c >= need), None)
+        assert min_gpus(lambda n: 1.0 if n >= need else 0.0, counts, 0.9) == expected
+
+
+def test_capacity_on_a_tiny_scenario_is_monotone_in_the_target(scenario_path):
+    data = read_yaml(scenario_path)
+    with Backend(2) as backend:
+        evaluator = Evaluator(data, scenario_path.parent, [1, 2], backend)
+        curve = lambda load: evaluator.point("static", load)["slo_attainment"]  # noqa: E731
+        results = [max_load(curve, target, 0.5, 4.0, 0.25) for target in (0.7, 0.8, 0.85, 0.9)]
+    loads = [load or 0.0 for load, _ in results]
+    assert loads == sorted(loads, reverse=True)
+    assert loads[0] > loads[-1], "the tiny scenario should saturate between load 0.5 and 4"
+    assert all(not p["errors"] for p in evaluator.cache.values())
+
+
+def test_capacity_cli_json_with_gpu_search(scenario_path, tmp_path):
+    result = CliRunner().invoke(app, ["capacity", str(scenario_path), "--policies", "static", "--slo-target", "0.85",
+                                      "--seeds", "2", "--low", "0.5", "--high", "4", "--tolerance", "0.5",
+                                      "--gpus-for-load", "2", "--max-gpus", "4", "--workers", "2",
+                                      "--out", str(tmp_path / "sweep"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    answer = data["policies"][0]
+    assert answer["policy"] == "static" and answer["max_load_bound"] in ("exact", "at-least", "below-low")
+    assert answer["min_gpus"] in (1, 2, 4, None)
+    if answer["min_gpus"] is not None:
+        assert answer["attainment_at_min_gpus"] >= 0.85
+        assert answer["gpu_layout"][0] * answer["gpu_layout"][1] == answer["min_gpus"]
+    assert json.loads((tmp_path / "sweep" / "capacity.json").read_text()) == data
+
+
+def test_capacity_rejects_bad_queries(scenario_path):
+    with pytest.raises(MmsimError, match="slo-target"):
+        plan_capacity(scenario_path, CapacityQuery(["static"], 1.5, [1]))
+    with pytest.raises(MmsimError, match="--low < --high"):
+        plan_capacity(scenario_path, CapacityQuery(["static"], 0.9, [1], low=2.0, high=1.0))

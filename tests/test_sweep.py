@@ -1,0 +1,152 @@
+"""Sweeps: expansion and validation, local pool vs Ray giving identical runs, resume after a kill, failed runs, report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from sim.errors import MmsimError
+from sim.sweep.execute import Backend, run_sweep
+from sim.sweep.index import read_index
+from sim.sweep.report import sweep_report
+from sim.sweep.spec import expand, gpu_layout, load_sweep, run_id
+
+WALL_FIELDS = ("sim_wall_seconds", "requests_per_wall_second")
+
+SCENARIO = {
+    "name": "tiny", "seed": 1, "profile": "paper-rtx5000",
+    "cluster": {"nodes": 1, "gpus_per_node": 2},
+    "models": [{"name": "qwen2.5-3b"}, {"name": "qwen3-8b"}],
+    "workload": {"generator": {"duration_s": 60, "arrivals": {"process": "poisson", "rate_per_s": 2.0},
+                               "mix": {"qwen2.5-3b": 0.6, "qwen3-8b": 0.4},
+                               "prompt_tokens": {"dist": "lognormal", "mean": 400, "cv": 1.0},
+                               "output_tokens": {"dist": "lognormal", "mean": 120, "cv": 1.0}}},
+    "slo": {"default": {"ttft_s": 1.0, "tpot_s": 0.08}},
+    "policy": {"name": "static"},
+}
+AXES = {"policy.name": ["static", "swap-aware"], "seed": [1, 2], "load": [1, 2]}
+
+
+def write_sweep(folder: Path, axes: dict = AXES, scenario: dict = SCENARIO) -> Path:
+    (folder / "tiny.yaml").write_text(yaml.safe_dump(scenario))
+    path = folder / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "base": "tiny.yaml", "axes": axes}, sort_keys=False))
+    return path
+
+
+def sweep(path: Path, out: Path, **options) -> dict:
+    spec = load_sweep(path)
+    return run_sweep(expand(spec, path), out, axes=list(spec.axes), show_progress=False, **options)
+
+
+def comparable(run_dir: Path) -> tuple[dict, pd.DataFrame]:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for name in WALL_FIELDS:
+        summary.pop(name)
+    return summary, pd.read_parquet(run_dir / "requests.parquet")
+
+
+def test_expansion_applies_axes_and_ids_are_stable(tmp_path):
+    tasks = expand(load_sweep(write_sweep(tmp_path)), tmp_path / "sweep.yaml")
+    assert len(tasks) == 8 and len({t.run_id for t in tasks}) == 8
+    loaded = {(t.axes["load"], t.scenario_data["workload"]["time_scale"]) for t in tasks}
+    assert loaded == {(1, 1.0), (2, 0.5)}
+    first = tasks[0]
+    assert first.scenario_data["policy"]["name"] == first.axes["policy.name"]
+    assert first.run_id == run_id(dict(first.axes)) and first.run_id.startswith("static_1_1-")
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"workload.generator.arrivals.rate": [1.0]}, "axes.workload.generator.arrivals.rate"),
+    ({"seed": ["x"]}, "run x-"),
+    ({"load": [0]}, "axes"),
+    ({"gpus": [3]}, "cannot be laid out"),
+])
+def test_bad_axes_name_the_field_or_run(tmp_path, axes, message):
+    path = write_sweep(tmp_path, axes)
+    with pytest.raises(MmsimError, match=message.replace(".", r"\.")):
+        expand(load_sweep(path), path)
+
+
+def test_known_optional_fields_and_gpu_axis(tmp_path):
+    axes = {"cluster.gpu_memory_gb": [16.0], "slo.qwen3-8b.ttft_s": [3.0], "gpus": [1, 4]}
+    tasks = expand(load_sweep(write_sweep(tmp_path, axes)), tmp_path / "sweep.yaml")
+    assert [(t.scenario_data["cluster"]["nodes"], t.scenario_data["cluster"]["gpus_per_node"]) for t in tasks] == [(1, 1), (2, 2)]
+    assert gpu_layout(6, 4) == (2, 3) and gpu_layout(5, 4) is None
+
+
+def test_pool_and_ray_give_identical_runs(tmp_path):
+    path = write_sweep(tmp_path)
+    pool = sweep(path, tmp_path / "pool", workers=2)
+    assert pool["ran"] == 8 and pool["failed"] == 0
+    index = read_index(tmp_path / "pool")
+    assert list(index["status"]) == ["ok"] * 8
+    assert {"run_id", "policy.name", "seed", "load", "slo_attainment", "ttft_p99_s", "reload_s"} <= set(index.columns)
+    assert (tmp_path / "pool" / "index.csv").is_file()
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[cluster]'); the Ray half needs it")
+    ray_out = sweep(path, tmp_path / "ray", workers=2, use_ray=True)
+    assert ray_out["ran"] == 8 and ray_out["failed"] == 0
+    for run_dir in sorted((tmp_path / "pool" / "runs").iterdir()):
+        summary_pool, requests_pool = comparable(run_dir)
+        summary_ray, requests_ray = comparable(tmp_path / "ray" / "runs" / run_dir.name)
+        assert summary_pool == summary_ray
+        pd.testing.assert_frame_equal(requests_pool, requests_ray)
+
+
+def test_resume_after_kill_skips_finished_runs(tmp_path):
+    scenario = json.loads(json.dumps(SCENARIO))
+    scenario["workload"]["generator"]["duration_s"] = 300
+    path = write_sweep(tmp_path, {"seed": list(range(1, 13))}, scenario)
+    out = tmp_path / "out"
+    command = [sys.executable, "-c", "from sim.cli import main; main()", "sweep", str(path), "--workers", "1", "--out", str(out), "-q"]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(out.glob("runs/*/summary.json"))) < 2 and process.poll() is None:
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the sweep's own process group: the CLI and its pool worker
+    process.wait()
+    done = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("runs/*/summary.json")}
+    assert 2 <= len(done) < 12, "the sweep should have been killed midway"
+    resumed = sweep(path, out, workers=2)
+    assert resumed["skipped"] == len(done) and resumed["ran"] == 12 - len(done)
+    assert {name: (out / "runs" / name / "summary.json").stat().st_mtime_ns for name in done} == done
+    assert list(read_index(out)["status"]) == ["ok"] * 12
+
+
+def test_failed_run_is_recorded_and_others_go_on(tmp_path):
+    path = write_sweep(tmp_path, {"profile": ["paper-rtx5000", "missing-profile.json"]})
+    outcome = sweep(path, tmp_path / "out", workers=2)
+    assert outcome["failed"] == 1 and outcome["ran"] == 2
+    index = read_index(tmp_path / "out").set_index("profile")
+    assert index.loc["paper-rtx5000", "status"] == "ok"
+    assert index.loc["missing-profile.json", "status"] == "failed"
+    assert "profile" in index.loc["missing-profile.json", "error"]
+    assert (tmp_path / "out" / "runs" / index.loc["missing-profile.json", "run_id"] / "error.txt").is_file()
+    again = sweep(path, tmp_path / "out", workers=1)
+    assert again["skipped"] == 1 and again["ran"] == 1  # a failed run is retried, a finished one is not
+
+
+def test_ray_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MmsimError, match="pip install"):
+        with Backend(1, use_ray=True):
+            pass
+
+
+def test_sweep_report_is_self_contained_html(tmp_path):
+    path = write_sweep(tmp_path, {"policy.name": ["static", "swap-aware"], "seed": [1, 2], "load": [0.5, 1]})
+    sweep(path, tmp_path / "out", workers=2)
+    (tmp_path / "out" / "capacity.json").write_text(json.dumps({"query": {"target": 0.9, "seeds": [1, 2]}, "policies": [
+        {"policy": "static", "max_load": 1.5, "max_load_bound": "exact", "attainment_at_max": 0.91}]}))
+    page = sweep_report(tmp_path / "out", tmp_path / "sweep.html").read_text()
+    assert page.count("<svg") == 2 and "Capacity at SLO attainment" in page and 'href="runs/static_1_0.5-' in page
+    assert "<script" not in page and 'src="http' not in page and "<link" not in page  # nothing fetched from outside
