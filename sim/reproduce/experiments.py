@@ -135,3 +135,23 @@ def offload_curves(profile: str) -> dict[tuple[str, int], list[float]]:
             full = raw[OFFLOAD_SHARES.index(1.0)]
             curves[(model, length)] = [value / full for value in raw]
     return curves
+
+
+@dataclass
+class PlatformResult:
+    """Both experiments on one platform: preemption runs, uninterrupted baselines, offload curves."""
+
+    platform: str
+    profile: str
+    runs: list[PreemptionRun]
+    baselines: dict[str, float]
+    curves: dict[tuple[str, int], list[float]]
+
+
+def run_platform(platform: str, profile: str | None = None) -> PlatformResult:
+    """Run the paper's experiments on ``profile`` (default: the built-in ``paper-<platform>``)."""
+    profile = profile or f"paper-{platform}"
+    runs = [run_preemption(profile, a, b, n) for a, b in PAIRINGS for n in CHECKPOINTS]
+    models = dict.fromkeys(a for a, _ in PAIRINGS)
+    baselines = {a: run_preemption(profile, a, a, 0).service_s for a in models}
+    return PlatformResult(platform, profile, runs, baselines, offload_curves(profile))
