@@ -20,7 +20,8 @@ STYLE = {
     "svg.fonttype": "none",          # real text: smaller files, selectable, crisp at any zoom
     "svg.hashsalt": "mmsim",         # stable ids, so the same runs give the same file
     "path.simplify": True,
-    "font.family": ["Inter", "Helvetica", "Arial", "DejaVu Sans", "sans-serif"],
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans"],  # bundled with matplotlib, so text metrics match everywhere
     "font.size": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,

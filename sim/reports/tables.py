@@ -110,7 +110,7 @@ def summary_table(groups: dict[str, list[RunData]], models: list[str], colours: 
             klass = ' class="best"' if policy in winners else ""
             cells.append(f'<td data-v="{sort_value}"{klass}>{shown}</td>')
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return ('<div class="table-wrap"><table id="summary" class="summary">'
+    return ('<div class="table-wrap"><table id="summary-table" class="summary">'
             f'<thead><tr><th rowspan="2" scope="col" class="sortable" data-col="0">Policy</th>{top}</tr><tr>{second}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 

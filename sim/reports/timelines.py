@@ -30,7 +30,7 @@ def memory_stacked(groups: dict[str, list[RunData]], models: list[str], model_co
     """One small panel per policy: GiB of weights + KV cache per model summed over all GPUs, stacked, over time."""
     cols = min(3, len(groups))
     rows = -(-len(groups) // cols)
-    fig, axes = figure(12, 2.6 * rows + 0.4, rows, cols, sharey=True, squeeze=False)
+    fig, axes = figure(12, 2.6 * rows + 0.4, rows, cols, sharey=True)
     flat = axes.ravel()
     for ax, (policy, runs) in zip(flat, groups.items()):
         frame = runs[0].timeseries
@@ -107,7 +107,8 @@ def residency_timeline(groups: dict[str, list[RunData]], models: list[str], mode
     """For each policy, one row per GPU with a lane per model: resident (solid), loading/unloading (hatched),
     and swap / recompute preemptions as marks."""
     gpu_counts = [max(1, len(_gpus(runs[0]))) for runs in groups.values()]
-    heights = [0.32 * n + 0.5 for n in gpu_counts]
+    per_gpu = max(0.32, 0.06 * len(models) + 0.2)  # keep each model's lane readable when many models share a GPU
+    heights = [per_gpu * n + 0.5 for n in gpu_counts]
     fig, axes = figure(12, sum(heights) + 0.6, len(groups), 1, gridspec_kw={"height_ratios": heights})
     lane = 0.8 / max(1, len(models))
     for ax, (policy, runs) in zip(axes[:, 0], groups.items()):
@@ -131,7 +132,7 @@ def residency_timeline(groups: dict[str, list[RunData]], models: list[str], mode
             thinned = pd.DataFrame({"gpu": rows["gpu"].astype(int), "bin": (rows["time_s"] / span * MARK_BINS).astype(int)})
             thinned = thinned.drop_duplicates()
             ax.scatter((thinned["bin"] + 0.5) * span / MARK_BINS, [row_of[g] + 0.47 for g in thinned["gpu"]],
-                       marker=marker, s=10, color=colour, linewidths=0.8, label=label, zorder=3)
+                       marker=marker, s=8, color=colour, linewidths=0.7, label=label, zorder=3)
         ax.set_yticks(range(len(gpus)), [f"GPU {g}" for g in gpus])
         ax.set_ylim(-0.55, len(gpus) - 0.4)
         ax.invert_yaxis()

@@ -1,0 +1,153 @@
+"""HTML comparison reports: the page is valid, offline, small, complete, and renders in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import html5lib
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.errors import MmsimError
+from sim.reports import build_report, load_run
+from sim.reports.compare import compare
+from sim.reports.stats import mean_ci
+from sim.reports.tables import verdict
+from sim.reports.data import by_policy
+
+POLICIES = ("static", "fcfs-swap")
+SECTIONS = ("verdict", "summary", "plots", "reproduce")
+PLOT_TITLES = ("Latency CDFs", "SLO attainment per model", "Throughput and queue depth over time",
+               "GPU memory by model", "Model residency per GPU", "Where the overhead goes")
+SCENARIO = {
+    "name": "tiny", "seed": 3, "profile": "paper-rtx5000",
+    "cluster": {"nodes": 1, "gpus_per_node": 2, "host_memory_gb": 64},
+    "models": [{"name": "qwen2.5-3b"}, {"name": "qwen3-8b"}, {"name": "qwen2.5-14b"}],
+    "workload": {"generator": {"duration_s": 40, "arrivals": {"process": "poisson", "rate_per_s": 3.0},
+                               "mix": {"qwen2.5-3b": 0.5, "qwen3-8b": 0.3, "qwen2.5-14b": 0.2},
+                               "prompt_tokens": {"dist": "lognormal", "mean": 600, "cv": 1.0, "max": 3000},
+                               "output_tokens": {"dist": "lognormal", "mean": 120, "cv": 1.0, "max": 800}}},
+    "slo": {"default": {"ttft_s": 2.0, "tpot_s": 0.1}},
+    "engine": {"max_num_seqs": 32},
+}
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    """Two policies × two seeds of a small scenario, run through ``compare`` (run folders kept)."""
+    root = tmp_path_factory.mktemp("compare")
+    scenario = root / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    report, runs = compare(scenario, list(POLICIES), seeds=2, out=root / "out" / "tiny.html",
+                           runs_dir=root / "runs", show_progress=False)
+    return report, runs, root
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium) — cannot render the report headless")
+    return path
+
+
+def test_compare_keeps_every_run_folder(compared):
+    report, runs, root = compared
+    assert report.is_file()
+    assert sorted(p.name for p in (root / "runs").iterdir()) == sorted(
+        f"tiny-{p}-s{s}" for p in POLICIES for s in (3, 4))
+    assert {(r.policy, r.seed) for r in runs} == {(p, s) for p in POLICIES for s in (3, 4)}
+
+
+def test_html_is_valid_offline_and_small(compared):
+    report = compared[0]
+    text = report.read_text(encoding="utf-8")
+    html5lib.HTMLParser(strict=True).parse(text)
+    assert report.stat().st_size < 3_000_000
+    # xmlns declarations name namespaces; they are not fetched. Anything that would be fetched is refused.
+    assert not re.search(r'(?:src|href)\s*=\s*["\']?(?:https?:)?//', text)
+    assert not re.search(r"url\(\s*['\"]?(?:https?:)?//|@import", text)
+    assert "<link" not in text and "<script src" not in text
+
+
+def test_every_policy_section_and_plot_is_present(compared):
+    text = compared[0].read_text(encoding="utf-8")
+    for policy in POLICIES:
+        assert f">{policy} <small>(2 seeds)" in text
+    for section in SECTIONS:
+        assert f'<section id="{section}">' in text
+    for title in PLOT_TITLES:
+        assert f"<h3>{title}</h3>" in text
+    assert text.count("<svg") >= len(PLOT_TITLES)
+    assert "±" in text  # two seeds: confidence intervals in the table
+    assert "mmsim compare scenarios/tiny.yaml --policies static,fcfs-swap --seeds 2" in text
+
+
+def test_report_from_run_folders_matches_compare(compared, tmp_path):
+    _, _, root = compared
+    out = tmp_path / "again.html"
+    result = CliRunner().invoke(app, ["report", str(root / "runs"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "report:" in result.output and out.is_file()
+    text = out.read_text(encoding="utf-8")
+    assert all(f">{policy} <small>" in text for policy in POLICIES)
+
+
+def test_report_refuses_a_folder_without_runs(tmp_path):
+    with pytest.raises(MmsimError, match="holds no run"):
+        CliRunner().invoke(app, ["report", str(tmp_path)], catch_exceptions=False)
+
+
+def test_unknown_policy_fails_before_running(tmp_path):
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    with pytest.raises(MmsimError, match="unknown policy"):
+        compare(scenario, ["static", "no-such-policy"], out=tmp_path / "r.html", runs_dir=tmp_path, show_progress=False)
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_mean_ci_uses_student_t():
+    mean, half = mean_ci([1.0, 2.0, 3.0])
+    assert mean == pytest.approx(2.0)
+    assert half == pytest.approx(4.303 / 3**0.5, rel=1e-3)
+    assert mean_ci([5.0]) == (5.0, None)
+    assert mean_ci([]) == (None, None)
+
+
+def test_verdict_names_the_winner_and_margin(compared):
+    runs = compared[1]
+    sentence = verdict(by_policy(runs))
+    assert "goodput" in sentence and "SLO attainment" in sentence
+    assert any(f"<b>{p}</b>" in sentence for p in POLICIES)
+    assert "over <b>" in sentence
+
+
+def test_single_run_report(compared, tmp_path):
+    run = load_run(compared[1][0].path)
+    out = build_report([run], tmp_path / "one.html")
+    text = out.read_text(encoding="utf-8")
+    assert "Only one policy" in text and "run with --seeds N" in text
+    html5lib.HTMLParser(strict=True).parse(text)
+
+
+def test_renders_in_headless_chromium(compared, tmp_path):
+    browser = chromium()
+    report = compared[0]
+    shot = tmp_path / "shot.png"
+    common = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    logged = subprocess.run([*common, "--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
+                             "--window-size=1400,3000", report.as_uri()], capture_output=True, text=True, timeout=120)
+    log = logged.stdout + logged.stderr
+    assert "Uncaught" not in log, log
+    console_errors = [line for line in log.splitlines() if "CONSOLE" in line and report.name in line]
+    assert not console_errors, console_errors
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    dom = subprocess.run([*common, "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert 'data-sortable="ready"' in dom  # the sorting script ran to its end
+    for policy in POLICIES:
+        assert f">{policy} <small>" in dom
