@@ -41,6 +41,7 @@ class Window:
     shape: float = 1.0
 
     def gaps(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """``count`` inter-arrival times in seconds."""
         mean_s = 1.0 / self.rate_per_s
         if self.dist == "exponential":
             return rng.exponential(mean_s, count)
@@ -56,8 +57,12 @@ def gamma_window(start_s: float, rate_per_s: float, cv: float) -> Window:
     return Window(start_s, rate_per_s, "gamma", 1.0 / cv**2)
 
 
-def windows_for(spec, base_dir: Path | None = None) -> list[Window]:
-    """The windows of an arrival spec, rescaled to its ``rate_per_s`` target where one is given."""
+def windows_for(spec, base_dir: Path | None = None, duration_s: float | None = None) -> list[Window]:
+    """The windows of an arrival spec, rescaled to its ``rate_per_s`` target where one is given.
+
+    The target is the time-average rate over [0, duration_s), or over the
+    windows when there is no duration.
+    """
     if isinstance(spec, PoissonArrivals):
         return [Window(0.0, spec.rate_per_s)]
     if isinstance(spec, GammaArrivals):
@@ -69,20 +74,24 @@ def windows_for(spec, base_dir: Path | None = None) -> list[Window]:
     else:
         raise TypeError(f"not an arrival spec: {spec!r}")
     if spec.rate_per_s is not None:
-        mean = mean_rate(windows)
+        mean = mean_rate(windows, duration_s)
         if mean <= 0:
             raise MmsimError("cannot rescale to rate_per_s: every window has rate 0", field="arrivals.rate_per_s")
         windows = [Window(w.start_s, w.rate_per_s * spec.rate_per_s / mean, w.dist, w.shape) for w in windows]
     return windows
 
 
-def mean_rate(windows: list[Window]) -> float:
-    """Time-average rate over the windows; the last counts as long as the one before it."""
-    if len(windows) == 1:
-        return windows[0].rate_per_s
-    starts = [w.start_s for w in windows]
-    lengths = np.diff(starts + [starts[-1] + starts[-1] - starts[-2]])
-    return float(np.dot(lengths, [w.rate_per_s for w in windows]) / lengths.sum())
+def mean_rate(windows: list[Window], duration_s: float | None = None) -> float:
+    """Time-average rate over [0, duration_s); without a duration, over the windows with the last
+    counted as long as the one before it (time before the first window has rate 0)."""
+    starts = np.array([w.start_s for w in windows])
+    if duration_s is None:
+        if len(windows) == 1:
+            return windows[0].rate_per_s
+        duration_s = starts[-1] + starts[-1] - starts[-2]
+    ends = np.minimum(np.append(starts[1:], np.inf), duration_s)
+    lengths = np.clip(ends - starts, 0, None)
+    return float(np.dot(lengths, [w.rate_per_s for w in windows]) / duration_s)
 
 
 def read_servegen(path: Path) -> list[Window]:
@@ -138,6 +147,7 @@ class ArrivalStream:
 
     @staticmethod
     def _generate(windows: list[Window], seed: int, duration_s: float) -> Iterator[np.ndarray]:
+        """Batches of arrival times, window after window, each from its own random stream."""
         for index, window in enumerate(windows):
             end_s = min(windows[index + 1].start_s if index + 1 < len(windows) else math.inf, duration_s)
             if window.rate_per_s <= 0 or window.start_s >= end_s:
@@ -145,7 +155,8 @@ class ArrivalStream:
             rng = random_stream(seed, ARRIVAL_STREAM, index)
             now_s = window.start_s
             while True:
-                times = now_s + np.cumsum(window.gaps(rng, BATCH))
+                with np.errstate(over="ignore"):  # absurdly low rates overflow to inf: past the end, harmless
+                    times = now_s + np.cumsum(window.gaps(rng, BATCH))
                 inside = times[times < end_s]
                 if len(inside):
                     yield inside

@@ -1,4 +1,4 @@
-"""Column-level helpers for :class:`RequestChunk`: optional columns, slicing, joining, re-batching.
+"""Column-level helpers for :class:`RequestChunk`: optional columns, slicing and joining.
 
 Optional columns (``priority``, ``slo_class``, ``prefix_ids``) are ``None`` on a
 chunk whose source has no such column. When chunks with different optional
@@ -7,7 +7,7 @@ columns are joined, the missing values take the defaults below.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -79,28 +79,3 @@ def concat(chunks: list[RequestChunk], optional: Iterable[str] | None = None) ->
         extra={key: np.concatenate([chunk.extra[key] for chunk in chunks]) for key in sorted(extra_keys)},
     )
 
-
-def rebatch(chunks: Iterable[RequestChunk], rows: int) -> Iterator[RequestChunk]:
-    """Regroup a stream of chunks into chunks of exactly ``rows`` rows (the last may be shorter).
-
-    Rows keep their order; ``first_id`` is renumbered as the running row index.
-    """
-    pending: list[RequestChunk] = []
-    pending_rows = 0
-    emitted = 0
-    for chunk in chunks:
-        if len(chunk) == 0:
-            continue
-        pending.append(chunk)
-        pending_rows += len(chunk)
-        while pending_rows >= rows:
-            joined = concat(pending) if len(pending) > 1 else pending[0]
-            head, tail = take(joined, slice(0, rows)), take(joined, slice(rows, None))
-            head.first_id = emitted
-            emitted += rows
-            yield head
-            pending, pending_rows = ([tail] if len(tail) else []), len(tail)
-    if pending_rows:
-        last = concat(pending) if len(pending) > 1 else pending[0]
-        last.first_id = emitted
-        yield last

@@ -16,6 +16,8 @@ TRACE_FORMATS = ("mmsim", "azure-2023", "azure-2024", "burstgpt", "mooncake", "l
 
 
 class Strict(BaseModel):
+    """Base of every workload model: unknown keys are errors (they are usually typos)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -88,6 +90,8 @@ class ZipfMix(Strict):
 
 
 class ConstantLength(Strict):
+    """Every request has the same length."""
+
     dist: Literal["constant"]
     value: PositiveInt
 

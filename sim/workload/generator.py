@@ -22,7 +22,7 @@ MIX_STREAM, PROMPT_STREAM, OUTPUT_STREAM = 1, 2, 3
 def generate(config: GeneratorConfig, *, seed: int, base_dir: Path | None = None, chunk_rows: int = 65536,
              field: str = "workload.generator") -> Iterator[RequestChunk]:
     """Chunks of up to ``chunk_rows`` generated requests in arrival order, ``first_id`` the running index."""
-    arrivals = ArrivalStream(windows_for(config.arrivals, base_dir), seed, config.duration_s)
+    arrivals = ArrivalStream(windows_for(config.arrivals, base_dir, config.duration_s), seed, config.duration_s)
     mix = MixSampler(config.mix, random_stream(seed, MIX_STREAM))
     lengths = LengthPairSampler(config.prompt_tokens, config.output_tokens, random_stream(seed, PROMPT_STREAM),
                                 random_stream(seed, OUTPUT_STREAM), base_dir, field)

@@ -44,6 +44,7 @@ class MixSampler:
         self.rng = rng
 
     def draw(self, count: int) -> np.ndarray:
+        """Model names of the next ``count`` requests."""
         return self.names[self.rng.choice(len(self.names), size=count, p=self.probabilities)]
 
 
@@ -65,6 +66,7 @@ class LengthSampler:
             self.values = read_lengths(path, {role: spec.column or role})[role]
 
     def draw(self, count: int) -> np.ndarray:
+        """Lengths of the next ``count`` requests."""
         spec = self.spec
         if isinstance(spec, ConstantLength):
             return np.full(count, spec.value, dtype=np.int64)
@@ -140,6 +142,7 @@ class LengthPairSampler:
             self.output = LengthSampler(output_spec, "output", output_rng, base_dir, f"{field}.output_tokens")
 
     def draw(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt lengths, output lengths) of the next ``count`` requests."""
         if self.joint:
             index = self.prompt.rng.integers(0, len(self.prompt.values), size=count)
             return self.prompt.pick(index), self.output.pick(index)

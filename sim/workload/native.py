@@ -11,6 +11,7 @@ the first line set the optional columns (a later line may omit one, not add one)
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,7 +48,8 @@ def _check_columns(names, path: Path, where: str) -> None:
     missing = [name for name in REQUIRED_COLUMNS if name not in names]
     if unknown or missing:
         problem = f"unknown column {unknown[0]!r}" if unknown else f"missing column {missing[0]!r}"
-        raise MmsimError(f"{problem} in the {where}; native columns are {', '.join(NATIVE_COLUMNS)}", source=str(path))
+        raise MmsimError(f"{problem} in the {where}; native columns are {', '.join(NATIVE_COLUMNS)} "
+                         "(another format? see mmsim trace formats)", source=str(path))
 
 
 def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChunk]:
@@ -56,18 +58,22 @@ def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChu
         if allowed is None:
             _check_columns(list(records[0]), path, "first line")
             allowed = set(records[0])
-        keep = np.ones(len(records), dtype=bool)
-        for index, record in enumerate(records):
-            surplus = record.keys() - allowed
-            if surplus:
-                keep[index] = False
-                name = min(surplus)
-                report.reject(int(lines[index]), f"key {name!r} is not on the first line (the first line sets the columns)"
-                              if name in OPTIONAL_COLUMNS else f"unknown key {name!r}; native keys are {', '.join(NATIVE_COLUMNS)}")
-        if keep.any():
-            kept = [record for record, ok in zip(records, keep) if ok]
-            columns = [name for name in NATIVE_COLUMNS if name in allowed]
-            yield decode_native(pd.DataFrame.from_records(kept, columns=columns), lines[keep], report, prefix_text=False)
+        frame = pd.DataFrame.from_records(records)
+        if not set(frame.columns) <= allowed:
+            keep = np.ones(len(records), dtype=bool)
+            for index, record in enumerate(records):
+                surplus = record.keys() - allowed
+                if surplus:
+                    keep[index] = False
+                    name = min(surplus)
+                    report.reject(int(lines[index]), f"key {name!r} is not on the first line (the first line sets "
+                                  "the columns)" if name in OPTIONAL_COLUMNS else
+                                  f"unknown key {name!r}; native keys are {', '.join(NATIVE_COLUMNS)}")
+            records, lines = [record for record, ok in zip(records, keep) if ok], lines[keep]
+            frame = pd.DataFrame.from_records(records)
+        if len(frame):
+            yield decode_native(frame.reindex(columns=[name for name in NATIVE_COLUMNS if name in allowed]), lines,
+                                report, prefix_text=False)
 
 
 def _read_parquet(path: Path, report: RowReport, rows: int) -> Iterator[RequestChunk]:
@@ -93,8 +99,7 @@ def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, 
     arrival_s, bad_arrival, why_arrival = finite_numbers(frame["arrival_s"], "arrival_s", minimum=0.0)
     prompt, bad_prompt, why_prompt = whole_numbers(frame["prompt_tokens"], "prompt_tokens")
     output, bad_output, why_output = whole_numbers(frame["output_tokens"], "output_tokens")
-    model = frame["model"].to_numpy(dtype=object, na_value=None)
-    bad_model = np.fromiter((not (isinstance(name, str) and name.strip()) for name in model), bool, len(model))
+    model, bad_model = text_column(frame["model"])
     checks = [(bad_arrival, why_arrival), (bad_model, lambda i: "model is missing or not a name"),
               (bad_prompt, why_prompt), (bad_output, why_output)]
     optional = {}
@@ -115,22 +120,37 @@ def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, 
         optional["prefix_ids"] = prefix
         checks.append((bad_prefix, lambda i: "prefix_ids must be whole numbers (space-separated in CSV, a list in JSON)"))
     keep = report.check(lines, checks)
-    model = np.array([name.strip() if ok else "" for name, ok in zip(model, ~bad_model)], dtype=object)
     return make_chunk(arrival_s[keep], model[keep], prompt[keep], output[keep],
                       **{name: values[keep] for name, values in optional.items()}, extra={"line": lines[keep]})
 
 
+def text_column(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(stripped names as an object array, mask of rows that are missing, empty or not text)."""
+    if pd.api.types.is_string_dtype(values) and values.dtype != object:
+        stripped = values.str.strip()
+        bad = (stripped.isna() | (stripped == "")).to_numpy(dtype=bool)
+        return stripped.to_numpy(dtype=object, na_value=""), bad
+    raw = values.to_numpy(dtype=object, na_value=None)
+    bad = np.fromiter((not (isinstance(name, str) and name.strip()) for name in raw), bool, len(raw))
+    return np.array([name.strip() if ok else "" for name, ok in zip(raw, ~bad)], dtype=object), bad
+
+
 def parse_prefix_ids(value, text: bool):
-    """A tuple of ints, None when absent or empty, or False when malformed."""
+    """A tuple of ints, None when absent or empty, or False when malformed.
+
+    CSV cells hold space-separated ids; JSON and Parquet hold lists of integers.
+    """
     if value is None:
         return None
     if text:
-        items = value.split() if isinstance(value, str) else None
+        if not isinstance(value, str):
+            return False
+        items, convert = value.split(), int
     else:
-        items = None if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__") else list(value)
-    if items is None or any(isinstance(item, (bool, float)) for item in items):
-        return False
+        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+            return False
+        items, convert = value, operator.index
     try:
-        return tuple(int(item) for item in items) or None
+        return tuple(map(convert, items)) or None
     except (TypeError, ValueError):
         return False

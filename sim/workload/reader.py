@@ -104,7 +104,8 @@ def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions,
         chunk.model = mapped.to_numpy(dtype=object, na_value=None)
         return take(chunk, keep)
     if options.check_models:
-        unknown = np.fromiter((name not in known for name in chunk.model), bool, len(chunk))
+        codes, names = pd.factorize(chunk.model)
+        unknown = np.array([name not in known for name in names], dtype=bool)[codes]
         labels = chunk.model
         keep = report.check(lines, [(unknown, lambda i: f"model {labels[i]!r} is not a catalogue model; map it "
                                                         f"with --model-map LABEL=NAME (known: {', '.join(sorted(known))})")])

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import MmsimError
+from sim.workload.config import Arrivals
 
 MAX_TOKENS = 1 << 40
 """Lengths above this are surely corrupt (and would overflow token arithmetic downstream)."""
@@ -38,7 +39,7 @@ class ImportOptions:
     start_s: float | None = None
     end_s: float | None = None
     skip_bad: bool = False
-    arrivals: object | None = None
+    arrivals: Arrivals | None = None
     seed: int = 0
     base_dir: str | None = None
     check_models: bool = True
@@ -58,6 +59,7 @@ class RowReport:
     dropped: dict[str, int] = field(default_factory=dict)
 
     def where(self, number: int) -> str:
+        """How messages name row ``number`` ("line 5" in text files, "row 5" in Parquet)."""
         return f"{self.unit} {number}"
 
     def reject(self, number: int, reason: str) -> None:

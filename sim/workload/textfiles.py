@@ -78,6 +78,24 @@ def read_header(handle: BinaryIO, path: Path) -> list[str]:
     return [name.strip() for name in _decode(first, path, 1).lstrip("\ufeff").rstrip("\r\n").split(",")]
 
 
+def _screen(block: list[bytes], first_line: int, fields: int | None):
+    """(joined bytes, line numbers, lines needing a closer look: maybe blank, or a wrong field count).
+
+    Vectorised over the block's bytes, so the common case costs no Python work per line.
+    """
+    data = b"".join(block)
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(buffer == ord("\n"))
+    if len(ends) < len(block):
+        ends = np.append(ends, len(buffer))
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    suspect = ends - starts <= 2
+    if fields is not None:
+        commas = np.flatnonzero(buffer == ord(","))
+        suspect |= np.searchsorted(commas, ends) - np.searchsorted(commas, starts) != fields - 1
+    return data, np.arange(first_line, first_line + len(block), dtype=np.int64), suspect
+
+
 def csv_blocks(path: Path, rows: int, report: RowReport, *, required: tuple[str, ...] = (),
                text_columns: tuple[str, ...] = ()) -> Iterator[tuple[list[str], pd.DataFrame, np.ndarray]]:
     """Yield (header, block, line numbers) for a CSV file with a header line, ``rows`` lines at a time.
@@ -91,50 +109,97 @@ def csv_blocks(path: Path, rows: int, report: RowReport, *, required: tuple[str,
         if missing:
             raise MmsimError(f"missing column {missing[0]!r}; the header has {','.join(names)} "
                              f"but {','.join(required)} are needed", source=str(path), field="line 1")
-        line = 1
         dtypes = {name: str for name in text_columns if name in names}
+        line = 2
         while block := list(islice(handle, rows)):
-            kept, numbers = [], []
-            for line, raw in enumerate(block, start=line + 1):
-                text = raw.rstrip(b"\r\n")
-                if not text.strip():
-                    continue
-                fields = text.count(b",") + 1
-                if fields != len(names) and b'"' in text:
-                    fields = len(next(csv.reader([_decode(text, path, line)])))
-                if fields != len(names):
-                    report.rows_read += 1
-                    report.reject(line, f"expected {len(names)} fields ({','.join(names)}), found {fields}")
-                    continue
-                kept.append(text)
-                numbers.append(line)
-            if not kept:
-                continue
-            report.rows_read += len(kept)
-            frame = pd.read_csv(io.BytesIO(b"\n".join(kept)), header=None, names=names, dtype=dtypes,
-                                keep_default_na=False, na_values=[""], encoding="utf-8")
-            yield names, frame, np.asarray(numbers, dtype=np.int64)
+            data, numbers, suspect = _screen(block, line, len(names))
+            line += len(block)
+            failure = None
+            if suspect.any():
+                keep = np.ones(len(block), dtype=bool)
+                for index in np.flatnonzero(suspect):
+                    problem = _csv_problem(block[index], names, path, int(numbers[index]))
+                    if problem is None:
+                        continue
+                    keep[index] = False
+                    if problem and not report.skip_bad:
+                        # Yield the rows before it first, so that an earlier bad value is reported first.
+                        failure = (int(numbers[index]), problem)
+                        keep[index:] = False
+                        break
+                    if problem:
+                        report.rows_read += 1
+                        report.reject(int(numbers[index]), problem)
+                block = [text if text.endswith(b"\n") else text + b"\n" for text, ok in zip(block, keep) if ok]
+                data, numbers = b"".join(block), numbers[keep]
+            if len(numbers):
+                report.rows_read += len(numbers)
+                frame = pd.read_csv(io.BytesIO(data), header=None, names=names, dtype=dtypes,
+                                    keep_default_na=False, na_values=[""], encoding="utf-8")
+                yield names, frame, numbers
+            if failure is not None:
+                report.rows_read += 1
+                report.reject(*failure)
+
+
+def _csv_problem(raw: bytes, names: list[str], path: Path, line: int) -> str | None:
+    """None for a good line, "" for a blank one (skipped), else what is wrong with it."""
+    text = raw.rstrip(b"\r\n")
+    if not text.strip():
+        return ""
+    fields = text.count(b",") + 1
+    if fields != len(names) and b'"' in text:
+        fields = len(next(csv.reader([_decode(text, path, line)])))
+    if fields == len(names):
+        return None
+    return f"expected {len(names)} fields ({','.join(names)}), found {fields}"
 
 
 def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[list[dict], np.ndarray]]:
-    """Yield (records, line numbers) for a JSONL file, ``rows`` lines at a time; each line must be an object."""
+    """Yield (records, line numbers) for a JSONL file, ``rows`` lines at a time; each line must be an object.
+
+    A block is parsed as one JSON array (fast); if that fails or does not give
+    one object per line, its lines are parsed one by one to find the bad ones.
+    """
     with open_bytes(path) as handle:
-        line = 0
+        line = 1
         while block := list(islice(handle, rows)):
-            records, numbers = [], []
-            for line, raw in enumerate(block, start=line + 1):
-                if not raw.strip():
-                    continue
-                report.rows_read += 1
-                try:
-                    record = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                    report.reject(line, f"not valid JSON ({error.msg if hasattr(error, 'msg') else error})")
-                    continue
-                if not isinstance(record, dict):
-                    report.reject(line, "expected a JSON object per line")
-                    continue
-                records.append(record)
-                numbers.append(line)
+            _, numbers, blank = _screen(block, line, None)
+            line += len(block)
+            if blank.any():
+                blank[blank] = [not block[index].strip() for index in np.flatnonzero(blank)]
+                block = [text for text, skip in zip(block, blank) if not skip]
+                numbers = numbers[~blank]
+            if not block:
+                continue
+            report.rows_read += len(block)
+            try:
+                records = json.loads(b"[" + b",".join(block) + b"]")
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                records = None
+            failure = None
+            if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
+                records, numbers, failure = _jsonl_lines(block, numbers, report)
             if records:
-                yield records, np.asarray(numbers, dtype=np.int64)
+                yield records, numbers
+            if failure is not None:
+                report.reject(*failure)
+
+
+def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport):
+    """Parse line by line; bad lines are counted (skip_bad) or end the block, to be reported after it."""
+    records, kept = [], []
+    for raw, line in zip(block, numbers):
+        try:
+            record = json.loads(raw)
+            problem = None if isinstance(record, dict) else "expected one JSON object per line"
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            problem = f"not valid JSON ({getattr(error, 'msg', None) or error})"
+        if problem is None:
+            records.append(record)
+            kept.append(line)
+        elif report.skip_bad:
+            report.reject(int(line), problem)
+        else:
+            return records, np.asarray(kept, dtype=np.int64), (int(line), problem)
+    return records, np.asarray(kept, dtype=np.int64), None

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import make_chunk
+from sim.workload.native import text_column
 from sim.workload.rows import ImportOptions, RowReport, finite_numbers, whole_numbers
 from sim.workload.textfiles import csv_blocks
 
@@ -30,12 +29,10 @@ def read_burstgpt(path: Path, options: ImportOptions, report: RowReport, rows: i
         seconds, bad_time, why_time = finite_numbers(frame["Timestamp"], "Timestamp", minimum=0.0)
         prompt, bad_prompt, why_prompt = whole_numbers(frame["Request tokens"], "Request tokens", minimum=0)
         output, bad_output, why_output = whole_numbers(frame["Response tokens"], "Response tokens", minimum=0)
-        labels = frame["Model"].to_numpy(dtype=object, na_value=None)
-        bad_model = np.fromiter((not (isinstance(label, str) and label.strip()) for label in labels), bool, len(labels))
+        model, bad_model = text_column(frame["Model"])
         keep = report.check(lines, [(bad_time, why_time), (bad_model, lambda i: "Model is empty"),
                                     (bad_prompt, why_prompt), (bad_output, why_output)])
         failed = keep & ((prompt == 0) | (output == 0))
         report.drop(FAILED, int(failed.sum()))
         keep &= ~failed
-        model = np.array([label.strip() if ok else "" for label, ok in zip(labels, keep)], dtype=object)
         yield make_chunk(seconds[keep], model[keep], prompt[keep], output[keep], extra={"line": lines[keep]})

@@ -1,0 +1,224 @@
+"""``mmsim trace ...``: import public traces, merge, generate and summarise native traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from sim.cli import app
+from sim.cli.common import console, print_json, table
+from sim.errors import MmsimError, pydantic_error_message
+from sim.workload.config import Arrivals, GeneratorConfig
+from sim.workload.generator import generate
+from sim.workload.importers import FORMATS
+from sim.workload.merge import merge_streams
+from sim.workload.reader import read_trace
+from sim.workload.rows import ImportOptions, RowReport
+from sim.workload.stats import trace_stats
+from sim.workload.stats_plot import plot_stats
+from sim.workload.writer import write_trace
+
+trace_app = typer.Typer(help="Import, merge, generate and summarise request traces.", no_args_is_help=True)
+app.add_typer(trace_app, name="trace")
+
+GENERATE_DEFAULTS = {
+    "arrivals": {"process": "poisson"},
+    "prompt_tokens": {"dist": "lognormal", "mean": 1000, "cv": 1.0},
+    "output_tokens": {"dist": "lognormal", "mean": 250, "cv": 1.0},
+}
+"""What ``trace generate`` assumes without --config (the design's example lengths)."""
+CHUNK_ROWS = typer.Option(65536, "--chunk-rows", min=1, help="rows held in memory at a time")
+
+
+def parse_pairs(text: str, flag: str) -> dict[str, str]:
+    """``a=1,b=2`` as a dict of strings; anything else is a user error naming the flag."""
+    pairs = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise MmsimError(f"expected NAME=VALUE[,NAME=VALUE...], got {item!r}", field=flag)
+        pairs[key.strip()] = value.strip()
+    if not pairs:
+        raise MmsimError("expected NAME=VALUE[,NAME=VALUE...]", field=flag)
+    return pairs
+
+
+def _validate(adapter_type, data, source: str):
+    try:
+        return TypeAdapter(adapter_type).validate_python(data)
+    except ValidationError as error:
+        raise pydantic_error_message(error, source) from None
+
+
+@trace_app.command("formats")
+def trace_formats() -> None:
+    """List the trace formats that import, stats and scenarios can read."""
+    console.print(table("Trace formats", ["name", "what"], [[f.name, f.summary] for f in FORMATS.values()]))
+
+
+@trace_app.command("import")
+def trace_import(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}"),
+    source: Path = typer.Argument(..., metavar="IN", help="the trace file to import"),
+    target: Path = typer.Argument(..., metavar="OUT", help="native trace to write (.csv, .jsonl or .parquet)"),
+    model: str | None = typer.Option(None, help="catalogue model for every request (single-model traces)"),
+    model_map: str | None = typer.Option(None, "--model-map", help="trace label to catalogue model: SRC=DST,..."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="multiply inter-arrival times (0.5 = twice the rate)"),
+    start_s: float | None = typer.Option(None, "--start", help="keep requests from this many seconds after the trace start"),
+    end_s: float | None = typer.Option(None, "--end", help="keep requests before this many seconds after the trace start"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="drop and count malformed rows instead of stopping"),
+    rate: float | None = typer.Option(None, help="length-pairs: arrivals per second"),
+    process: str = typer.Option("poisson", help="length-pairs: arrival process, poisson or gamma"),
+    cv: float | None = typer.Option(None, help="length-pairs: inter-arrival CV (gamma)"),
+    seed: int = typer.Option(0, help="length-pairs: random seed of the arrivals"),
+    chunk_rows: int = CHUNK_ROWS,
+) -> None:
+    """Import a public trace FORMAT file IN into a native trace OUT (times rebased to start at 0)."""
+    arrivals = None
+    if fmt == "length-pairs":
+        if rate is None:
+            raise MmsimError("length-pair files have no times: give --rate (and --process gamma --cv X for bursts)")
+        spec = {"process": process, "rate_per_s": rate, **({"cv": cv} if cv is not None else {})}
+        arrivals = _validate(Arrivals, spec, "--process/--rate/--cv")
+    elif rate is not None or cv is not None:
+        raise MmsimError("--rate, --process and --cv are for length-pairs files only")
+    options = ImportOptions(model=model, model_map=parse_pairs(model_map, "--model-map") if model_map else None,
+                            time_scale=time_scale, start_s=start_s, end_s=end_s, skip_bad=skip_bad,
+                            arrivals=arrivals, seed=seed)
+    report = RowReport(str(source))
+    write_trace(read_trace(source, fmt, options, rows=chunk_rows, report=report), target)
+    console.print(f"wrote {target}: {report.summary()}", highlight=False, soft_wrap=True)
+
+
+@trace_app.command("merge")
+def trace_merge(
+    sources: list[Path] = typer.Argument(..., metavar="IN...", help="native traces to merge"),
+    target: Path = typer.Argument(..., metavar="OUT", help="merged native trace (.csv, .jsonl or .parquet)"),
+    chunk_rows: int = CHUNK_ROWS,
+) -> None:
+    """Merge native traces (e.g. one per service, each imported with --model) into one, in time order."""
+    options = ImportOptions(check_models=False)
+    streams = [read_trace(path, "mmsim", options, rows=chunk_rows) for path in sources]
+    rows = write_trace(merge_streams(streams, chunk_rows), target)
+    console.print(f"wrote {target}: {rows} requests from {len(sources)} traces", highlight=False, soft_wrap=True)
+
+
+def parse_length(text: str, flag: str) -> dict:
+    """``lognormal,mean=1000,cv=1`` as a length spec mapping (values read as YAML scalars)."""
+    dist, _, rest = text.partition(",")
+    spec = {"dist": dist.strip()}
+    if rest.strip():
+        spec.update({key: yaml.safe_load(value) for key, value in parse_pairs(rest, flag).items()})
+    return spec
+
+
+def parse_windows(text: str) -> list[list[float]]:
+    """``START:RATE[:CV],...`` as rate-series windows."""
+    try:
+        return [[float(part) for part in item.split(":")] for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise MmsimError(f"expected START:RATE[:CV],..., got {text!r}", field="--windows") from None
+
+
+def load_generator_file(path: Path) -> tuple[dict, int | None]:
+    """The generator mapping (and the scenario seed, if any) from a scenario, workload or generator YAML."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise MmsimError(f"cannot read ({error.strerror})", source=str(path)) from None
+    except yaml.YAMLError as error:
+        raise MmsimError(f"not valid YAML ({str(error).splitlines()[0]})", source=str(path)) from None
+    if not isinstance(data, dict):
+        raise MmsimError("expected a mapping", source=str(path))
+    seed = data.get("seed") if isinstance(data.get("seed"), int) else None
+    for key in ("workload", "generator"):
+        if isinstance(data.get(key), dict):
+            data = data[key]
+    return data, seed
+
+
+@trace_app.command("generate")
+def trace_generate(
+    target: Path = typer.Option(..., "--out", help="native trace to write (.csv, .jsonl or .parquet)"),
+    config: Path | None = typer.Option(None, help="YAML: a scenario, its workload, or a generator mapping"),
+    seed: int | None = typer.Option(None, help="random seed (default: the scenario's, else 0)"),
+    duration_s: float | None = typer.Option(None, "--duration", help="seconds of arrivals"),
+    max_requests: int | None = typer.Option(None, "--max-requests", help="stop after this many requests"),
+    process: str | None = typer.Option(None, help="poisson, gamma, rate-series or servegen"),
+    rate: float | None = typer.Option(None, help="arrivals per second (rate-series/servegen: time-average)"),
+    cv: float | None = typer.Option(None, help="gamma: inter-arrival CV"),
+    windows: str | None = typer.Option(None, help="rate-series: START:RATE[:CV],..."),
+    servegen: str | None = typer.Option(None, "--servegen-file", help="servegen: a chunk-N-trace.csv file"),
+    mix: str | None = typer.Option(None, help="model shares: NAME=WEIGHT,..."),
+    zipf: float | None = typer.Option(None, help="Zipf exponent of model popularity (with --models)"),
+    models: str | None = typer.Option(None, help="models in popularity order for --zipf: a,b,c"),
+    prompt: str | None = typer.Option(None, help="prompt lengths, e.g. lognormal,mean=1000,cv=1 or constant,value=512"),
+    output: str | None = typer.Option(None, help="output lengths, e.g. lognormal,mean=250,cv=1"),
+    chunk_rows: int = CHUNK_ROWS,
+) -> None:
+    """Generate a synthetic trace (same seed, same bytes)."""
+    if config is not None:
+        data, config_seed = load_generator_file(config)
+        source, base_dir = str(config), config.parent
+    else:
+        data, config_seed = dict(GENERATE_DEFAULTS), None
+        source, base_dir = "trace generate options", Path.cwd()
+    arrivals = dict(data.get("arrivals") or {})
+    if process is not None and process != arrivals.get("process"):
+        arrivals = {"process": process}
+    flags = {"rate_per_s": rate, "cv": cv, "windows": parse_windows(windows) if windows else None, "path": servegen}
+    arrivals.update({key: value for key, value in flags.items() if value is not None})
+    data = {**data, "arrivals": arrivals}
+    data.update({key: value for key, value in {"duration_s": duration_s, "max_requests": max_requests}.items()
+                 if value is not None})
+    if mix is not None:
+        data["mix"] = {name: yaml.safe_load(weight) for name, weight in parse_pairs(mix, "--mix").items()}
+    if zipf is not None or models is not None:
+        data["mix"] = {"zipf": zipf, "models": [name.strip() for name in (models or "").split(",") if name.strip()]}
+    if prompt is not None:
+        data["prompt_tokens"] = parse_length(prompt, "--prompt")
+    if output is not None:
+        data["output_tokens"] = parse_length(output, "--output")
+    if "mix" not in data:
+        raise MmsimError("give the model mix: --mix NAME=WEIGHT,... or --zipf S --models a,b,c")
+    generator = _validate(GeneratorConfig, data, source)
+    seed = seed if seed is not None else (config_seed or 0)
+    rows = write_trace(generate(generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
+                                field="generator"), target)
+    console.print(f"wrote {target}: {rows} requests (seed {seed})", highlight=False, soft_wrap=True)
+
+
+@trace_app.command("stats")
+def trace_stats_cmd(
+    path: Path = typer.Argument(..., help="trace file"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    plot: Path | None = typer.Option(None, help="also draw the statistics into a .png or .svg file"),
+    fmt: str = typer.Option("mmsim", "--format", help=f"one of: {', '.join(FORMATS)}"),
+    model: str | None = typer.Option(None, help="model label for single-model formats (default: the file name)"),
+    model_map: str | None = typer.Option(None, "--model-map", help="trace label to model: SRC=DST,..."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="drop malformed rows instead of stopping"),
+) -> None:
+    """Count, span, rate, burstiness, model shares and length percentiles of a trace."""
+    single_model = fmt in FORMATS and not FORMATS[fmt].model_column
+    options = ImportOptions(model=model or (path.stem if single_model else None),
+                            model_map=parse_pairs(model_map, "--model-map") if model_map else None,
+                            skip_bad=skip_bad, check_models=False)
+    stats = trace_stats(read_trace(path, fmt, options))
+    summary = stats.summary()
+    if plot is not None:
+        plot_stats(stats, plot, title=path.name)
+    if as_json:
+        print_json(summary)
+        return
+    rows = [[key, _show(value)] for key, value in summary.items() if not isinstance(value, dict)]
+    rows += [[f"share {name}", f"{share:.3f}"] for name, share in summary["models"].items()]
+    for key in ("prompt_tokens", "output_tokens"):
+        rows.append([key, ", ".join(f"{name} {_show(value)}" for name, value in summary[key].items())])
+    console.print(table(str(path), ["statistic", "value"], rows))
+
+
+def _show(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

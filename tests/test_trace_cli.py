@@ -1,0 +1,147 @@
+"""``mmsim trace ...`` end to end, and the shipped traces' generator script."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT / ".." / "shared" / "traces"
+AZURE = SHARED / "azure_llm_2023"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="public traces not present in ../shared/traces")
+
+
+def mmsim(capsys, *args) -> tuple[int, str, str]:
+    """Run the CLI in this process as the ``mmsim`` entry point would; (exit code, stdout, stderr)."""
+    saved = sys.argv
+    sys.argv = ["mmsim", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def stats_json(capsys, path) -> dict:
+    code, out, err = mmsim(capsys, "trace", "stats", path, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+@needs_shared
+def test_import_merge_stats(tmp_path, capsys):
+    code_trace, conv_trace, merged = tmp_path / "code.parquet", tmp_path / "conv.jsonl", tmp_path / "both.csv"
+    code, out, _ = mmsim(capsys, "trace", "import", "azure-2023", AZURE / "AzureLLMInferenceTrace_code.csv",
+                         code_trace, "--model", "qwen2.5-7b")
+    assert code == 0 and "8819 requests" in out
+    code, _, _ = mmsim(capsys, "trace", "import", "azure-2023", AZURE / "AzureLLMInferenceTrace_conv.csv",
+                       conv_trace, "--model", "qwen3-8b", "--end", "600", "--time-scale", "0.5")
+    assert code == 0
+    code, out, _ = mmsim(capsys, "trace", "merge", code_trace, conv_trace, merged)
+    assert code == 0 and "from 2 traces" in out
+    summary = stats_json(capsys, merged)
+    conv = stats_json(capsys, conv_trace)
+    assert conv["span_s"] < 300 and conv["models"] == {"qwen3-8b": 1.0}
+    assert summary["requests"] == 8819 + conv["requests"]
+    assert {"requests", "span_s", "rate_per_s", "interarrival_cv", "models"} <= set(summary)
+    assert set(summary["prompt_tokens"]) >= {"mean", "p50", "p99"} and set(summary["output_tokens"]) >= {"mean", "p50", "p99"}
+    assert summary["models"]["qwen2.5-7b"] == pytest.approx(8819 / summary["requests"])
+    code, out, _ = mmsim(capsys, "trace", "stats", AZURE / "AzureLLMInferenceTrace_code.csv", "--format", "azure-2023",
+                         "--plot", tmp_path / "code.png")
+    assert code == 0 and "8819" in out and (tmp_path / "code.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@needs_shared
+def test_import_burstgpt_and_length_pairs(tmp_path, capsys):
+    code, out, _ = mmsim(capsys, "trace", "import", "burstgpt", SHARED / "burstgpt" / "BurstGPT_first42rows_from_hf_viewer.csv",
+                         tmp_path / "b.csv", "--model-map", "ChatGPT=qwen3-8b,GPT-4=qwen2.5-14b")
+    assert code == 0 and "38 requests from 42 rows" in out and "dropped 4 failed" in out
+    code, out, _ = mmsim(capsys, "trace", "import", "length-pairs",
+                         SHARED / "vidur_arxiv" / "arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+                         tmp_path / "p.parquet", "--model", "qwen3-8b", "--rate", "10", "--process", "gamma", "--cv", "2",
+                         "--end", "100")
+    assert code == 0
+    summary = stats_json(capsys, tmp_path / "p.parquet")
+    assert summary["requests"] == pytest.approx(1000, rel=0.3) and summary["span_s"] < 100
+
+
+BAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,5,5\n2023-11-16 18:17:04,five,5\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["trace", "import", "azure-2023", "{bad}", "{out}", "--model", "qwen3-8b"],
+     "{bad}: line 3: ContextTokens 'five' is not a whole number >= 1"),
+    (["trace", "import", "azure-2023", "{bad}", "{out}"], "azure-2023 traces have no model column"),
+    (["trace", "import", "azure-2023", "{bad}", "{out}", "--model-map", "x"], "--model-map: expected NAME=VALUE"),
+    (["trace", "import", "nope", "{bad}", "{out}", "--model", "qwen3-8b"], "unknown trace format 'nope'"),
+    (["trace", "import", "azure-2023", "{bad}", "{out}", "--model", "qwen3-8b", "--rate", "3"], "length-pairs files only"),
+    (["trace", "stats", "{bad}"], "unknown column 'TIMESTAMP'"),
+    (["trace", "merge", "{bad}", "{out}"], "unknown column 'TIMESTAMP'"),
+    (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "0", "--mix", "qwen3-8b=1"],
+     "arrivals.poisson.rate_per_s: Input should be greater than 0"),
+    (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1"], "give the model mix"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    bad, out = tmp_path / "bad.csv", tmp_path / "out.csv"
+    bad.write_text(BAD)
+    args = [arg.format(bad=bad, out=out) for arg in args]
+    code, _, err = mmsim(capsys, *args)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert message.format(bad=bad) in err
+    assert not out.exists()
+
+
+def test_skip_bad_counts(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(BAD)
+    code, out, _ = mmsim(capsys, "trace", "import", "azure-2023", bad, tmp_path / "out.csv", "--model", "qwen3-8b",
+                         "--skip-bad")
+    assert code == 0 and "1 requests from 2 rows" in out and "skipped 1 malformed rows (first: line 3" in out
+
+
+def test_generate_is_deterministic_and_reads_scenarios(tmp_path, capsys):
+    args = ["trace", "generate", "--duration", "120", "--process", "gamma", "--rate", "5", "--cv", "2",
+            "--zipf", "1.2", "--models", "qwen2.5-3b,qwen3-8b", "--prompt", "uniform,low=5,high=50", "--seed", "9"]
+    for name in ("a.csv", "b.csv"):
+        assert mmsim(capsys, *args, "--out", tmp_path / name)[0] == 0
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nseed: 3\nworkload:\n  generator:\n    max_requests: 500\n"
+                        "    arrivals: {process: rate-series, windows: [[0, 2], [60, 8, 2.0]]}\n"
+                        "    mix: {qwen3-8b: 1}\n    prompt_tokens: {dist: constant, value: 64}\n"
+                        "    output_tokens: {dist: lognormal, mean: 100, cv: 0.5}\n")
+    code, out, _ = mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "s.jsonl")
+    assert code == 0 and "500 requests (seed 3)" in out
+    summary = stats_json(capsys, tmp_path / "s.jsonl")
+    assert summary["requests"] == 500 and summary["prompt_tokens"]["p50"] == 64
+    code, _, _ = mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "r.csv", "--rate", "50")
+    assert code == 0 and stats_json(capsys, tmp_path / "r.csv")["span_s"] < summary["span_s"]
+
+
+def test_entry_point_exit_code():
+    result = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "trace", "stats", "missing.csv"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2 and result.stderr.strip() == "error: missing.csv: file not found"
+
+
+def test_shipped_traces_are_reproducible(tmp_path, capsys):
+    script = runpy.run_path(str(ROOT / "traces" / "generate_traces.py"))
+    script["main"](tmp_path)
+    capsys.readouterr()
+    for name in script["TRACES"]:
+        assert (tmp_path / name).read_bytes() == (ROOT / "traces" / name).read_bytes(), name
+    summary = stats_json(capsys, ROOT / "traces" / "azure-two-models.csv")
+    assert 1000 <= summary["requests"] <= 3000
+    assert set(summary["models"]) == {"qwen2.5-7b", "qwen3-8b"}
