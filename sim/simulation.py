@@ -154,6 +154,7 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     config = EngineConfig(**scenario.engine.model_dump())
     engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"))
     mix = _mix_shares(scenario)
+    engine.slos = [scenario.slo_for(m.name) for m in scenario.models]
     engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.name, 1.0)}
                         for i, m in enumerate(scenario.models)}
     if chunks is None:

@@ -68,8 +68,9 @@ class Engine:
 
     # -- arrivals and routing ------------------------------------------------------------------------
     def _largest_kv_tokens(self, costs: ModelCosts) -> int:
-        """Tokens of KV the biggest GPU could hold next to this model's weights (for hopeless-request drops)."""
-        best = max(g.capacity_bytes for g in self.gpus) - costs.gpu_weight_bytes(1.0)
+        """Tokens of KV the biggest GPU could hold next to the least of this model's weights a policy could
+        place there (all layers offloaded): a request needing more can never run anywhere."""
+        best = max(g.capacity_bytes for g in self.gpus) - costs.gpu_weight_bytes(0.0)
         return max(0, best // costs.kv_bytes_per_token)
 
     def arrive(self, request: Request) -> None:

@@ -12,6 +12,7 @@ the other swapping policies.
 
 from __future__ import annotations
 
+from sim.engine.kv import blocks_for
 from sim.policies.base import Policy
 from sim.policies.registry import register
 from sim.policies.static import static_placement
@@ -42,14 +43,58 @@ def live_instances(gpu) -> list:
 def gpu_with_room(view, model: int, gpu_share: float = 1.0):
     """A GPU whose free memory already holds the model's weights (most free memory first), or None."""
     need = view.costs(model).gpu_weight_bytes(gpu_share)
-    fitting = [g for g in view.gpus if g.free_bytes() >= need]
-    return max(fitting, key=lambda g: (g.free_bytes(), -g.index)) if fitting else None
+    for gpu in view.gpus:
+        view.sync(gpu)
+    # The running step's new KV blocks count as taken, as the engine's own check does.
+    room = {g.index: g.free_bytes() - g.in_flight_bytes() for g in view.gpus}
+    fitting = [g for g in view.gpus if room[g.index] >= need]
+    return max(fitting, key=lambda g: (room[g.index], -g.index)) if fitting else None
 
 
 def room_after_evicting(view, model: int, victim) -> bool:
     """Whether unloading ``victim`` (weights and KV) leaves room on its GPU for ``model``'s weights."""
+    view.sync(victim.gpu)
     freed = victim.weight_bytes + victim.kv_bytes
     return victim.gpu.free_bytes() + freed >= view.costs(model).gpu_weight_bytes(1.0)
+
+
+def head_blocks(instance) -> int:
+    """KV blocks the next queued request of ``instance`` needs to start (0 when nothing is queued)."""
+    size = instance.config.block_size
+    if instance.swapped:
+        return blocks_for(instance.swapped[0].context_tokens, size)
+    if instance.waiting:
+        return blocks_for(instance.waiting[0].prefill_target + 1, size)
+    return 0
+
+
+def unblock(view, gpu) -> None:
+    """Unload idle co-resident instances while a queued request on ``gpu`` cannot get its KV blocks.
+
+    Without this an idle model's weights could keep a busy neighbour waiting forever.
+    """
+    view.sync(gpu)
+    for instance in list(gpu.instances):
+        if instance.status != "ready" or instance.running or instance.prefilling:
+            continue
+        need = head_blocks(instance)
+        if need and need > instance.free_blocks():
+            for idle in gpu.instances:
+                if idle is not instance and idle.status == "ready" and not idle.has_work:
+                    view.unload(idle, mode="swap")
+            return
+
+
+def youngest_victim(instance, view):
+    """The engine's default victim (the youngest running request, the scenario's preemption mode).
+
+    When it is the last running request, the instance may be left with queued work
+    it cannot fit next to an idle neighbour; re-check that right after the preemption.
+    """
+    if len(instance.running) == 1:
+        gpu = instance.gpu
+        view.call_at(view.now, lambda v: unblock(v, gpu))
+    return instance.running[-1], view.config.preemption_mode
 
 
 def route_least_loaded(request, view, instances=None):
@@ -114,14 +159,21 @@ class FcfsSwapPolicy(Policy):
         return target
 
     def on_arrival(self, request, view) -> None:
+        if request.instance is not None:
+            unblock(view, request.instance.gpu)
         self.schedule(view)
 
     def on_finish(self, request, instance, view) -> None:
         self.last_used_s[instance.uid] = view.now
+        unblock(view, instance.gpu)
         self.schedule(view)
+
+    def choose_victim(self, instance, view):
+        return youngest_victim(instance, view)
 
     def on_instance_ready(self, instance, view) -> None:
         super().on_instance_ready(instance, view)
+        unblock(view, instance.gpu)
         self.last_used_s[instance.uid] = view.now
         self.schedule(view)
 
@@ -142,7 +194,7 @@ class FcfsSwapPolicy(Policy):
             return  # an unload in flight will free memory; decide again when it has
         victims = [i for g in view.gpus for i in live_instances(g)
                    if i.status == "ready" and room_after_evicting(view, head.model, i)]
-        evictable = [i for i in victims if view.now - i.ready_at_s >= self.min_residency_s]
+        evictable = [i for i in victims if view.now >= i.ready_at_s + self.min_residency_s]
         if evictable:
             victim = min(evictable, key=lambda i: (self.last_used_s.get(i.uid, 0.0), i.uid))
             view.unload(victim, mode="swap")

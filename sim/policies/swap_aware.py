@@ -30,7 +30,8 @@ ready), which amortises the reload over a batch.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, gpu_with_room, initial_residency, is_moving, room_after_evicting, route_least_loaded
+from sim.policies.fcfs_swap import (Rechecks, gpu_with_room, initial_residency, is_moving, room_after_evicting, route_least_loaded,
+                                     unblock, youngest_victim)
 from sim.policies.registry import register
 
 
@@ -79,15 +80,22 @@ class SwapAwarePolicy(Policy):
         return route_least_loaded(request, view)
 
     def on_arrival(self, request, view) -> None:
-        if not view.instances_of(request.model):
+        if request.instance is None:  # not routed: its model has no instance that takes it
             self.plan(view)
+        else:
+            unblock(view, request.instance.gpu)
 
     def on_finish(self, request, instance, view) -> None:
+        unblock(view, instance.gpu)
         if any(view.pending_count(m) for m in range(len(view.model_names))):
             self.plan(view)
 
+    def choose_victim(self, instance, view):
+        return youngest_victim(instance, view)
+
     def on_instance_ready(self, instance, view) -> None:
         super().on_instance_ready(instance, view)
+        unblock(view, instance.gpu)
         self.plan(view)
 
     def on_unloaded(self, instance, view) -> None:
@@ -98,6 +106,11 @@ class SwapAwarePolicy(Policy):
         """Absent models with pending requests, most gain first."""
         absent = [m for m in range(len(view.model_names)) if view.pending_count(m) and not view.instances_of(m)]
         return sorted(absent, key=lambda m: (-pending_gain_s(view, m), m))
+
+    def place_in_free_memory(self, view, model: int) -> bool:
+        """Load ``model`` where its full weights already fit (costs no eviction); whether it did."""
+        gpu = gpu_with_room(view, model)
+        return gpu is not None and view.load(model, gpu) is not None
 
     def eviction_cost_s(self, view, victim) -> float:
         held = len(held_requests(victim))
@@ -128,9 +141,7 @@ class SwapAwarePolicy(Policy):
         """Load absent models into free memory; swap at most one in when its gain pays for the penalty."""
         waiting = False
         for model in self.candidates(view):
-            gpu = gpu_with_room(view, model)
-            if gpu is not None:
-                view.load(model, gpu)
+            if self.place_in_free_memory(view, model):
                 continue
             if any(is_moving(g) for g in view.gpus):
                 continue  # memory is about to change; the unload or load finishing re-plans

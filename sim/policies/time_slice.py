@@ -16,7 +16,7 @@ every quantum regardless of how much work either model has.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, route_least_loaded
+from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, route_least_loaded, unblock, youngest_victim
 from sim.policies.registry import register
 
 
@@ -69,16 +69,23 @@ class TimeSlicePolicy(Policy):
         return route_least_loaded(request, view)
 
     def on_arrival(self, request, view) -> None:
+        if request.instance is not None:
+            unblock(view, request.instance.gpu)
         gpu = self.home.get(request.model)
         if gpu is not None:
             self.rotate(view, gpu)
 
     def on_finish(self, request, instance, view) -> None:
+        unblock(view, instance.gpu)
         if not instance.has_work:
             self.rotate(view, instance.gpu)
 
+    def choose_victim(self, instance, view):
+        return youngest_victim(instance, view)
+
     def on_instance_ready(self, instance, view) -> None:
         super().on_instance_ready(instance, view)
+        unblock(view, instance.gpu)
         gpu = instance.gpu
         self.rechecks.at(view, gpu.index, view.now + self.quantum_s, lambda v: self.rotate(v, gpu))
 
@@ -104,12 +111,13 @@ class TimeSlicePolicy(Policy):
         if position is None:
             return
         model = self.groups[gpu.index][position]
-        if gpu.free_bytes() >= view.costs(model).gpu_weight_bytes(1.0):
+        view.sync(gpu)
+        if gpu.free_bytes() - gpu.in_flight_bytes() >= view.costs(model).gpu_weight_bytes(1.0):
             self.cursor[gpu.index] = position
             view.load(model, gpu)
             return
         residents = [i for i in live_instances(gpu) if i.status == "ready"]
-        expired = [i for i in residents if not i.has_work or view.now - i.ready_at_s >= self.quantum_s]
+        expired = [i for i in residents if not i.has_work or view.now >= i.ready_at_s + self.quantum_s]
         if expired:
             view.unload(min(expired, key=lambda i: (i.ready_at_s, i.uid)), mode="swap")
         elif residents:

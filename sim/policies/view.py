@@ -44,6 +44,14 @@ class ClusterView:
         """The scenario's placement hints for a model: ``gpus``, ``replicas``, ``gpu_share``, ``demand`` (mix share)."""
         return self._engine.placement.get(model, {})
 
+    def slo(self, model: int):
+        """The scenario's :class:`sim.scenario.Slo` for a model (its own, else the default; fields may be None)."""
+        slos = getattr(self._engine, "slos", None)
+        if slos:
+            return slos[model]
+        from sim.scenario import Slo  # an engine built without a scenario has no SLOs
+        return Slo()
+
     def pending(self, model: int) -> tuple:
         """Requests of ``model`` that no instance holds (waiting for placement)."""
         return tuple(self._engine.pending[model])

@@ -1,0 +1,87 @@
+"""``offload-aware``: co-locate models by partial CPU offload instead of swapping, where that is cheap.
+
+The paper measures that keeping some layers on the CPU slows decode
+non-linearly and differently per model, and that long outputs suffer most
+(every one of their tokens pays the slowdown). So this policy, built on
+``swap-aware``'s residency rules, adds one option before evicting anything:
+
+* a model absent from the GPUs whose pending requests are all *short*
+  (predicted output ≤ ``short_output_tokens``) is loaded into the largest
+  free gap with the biggest GPU layer share g that leaves
+  ``kv_reserve_tokens`` of KV room — if g ≥ ``min_gpu_share`` and the
+  offload slowdown ``decode_step_s(1, ctx, g) / decode_step_s(1, ctx, 1)`` at
+  the requests' mean prompt length is at most ``max_slowdown``. No one is
+  evicted, no swap penalty is paid.
+* *long* requests are only routed to fully resident instances; if their
+  model has none, they wait and the swap-aware rule brings in a full copy
+  (evicting, if the gain pays for it, even the model's own offloaded copy).
+"""
+
+from __future__ import annotations
+
+from sim.policies.fcfs_swap import route_least_loaded
+from sim.policies.registry import register
+from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
+
+
+@register
+class OffloadAwarePolicy(SwapAwarePolicy):
+    name = "offload-aware"
+    description = "Co-locate short-output models by partial CPU offload when the slowdown is mild; long requests get full residency."
+
+    @classmethod
+    def param_defaults(cls) -> dict:
+        return {**super().param_defaults(), "short_output_tokens": 256, "max_slowdown": 1.4,
+                "min_gpu_share": 0.5, "kv_reserve_tokens": 4096}
+
+    def is_long(self, request) -> bool:
+        return request.predicted_output_tokens > self.short_output_tokens
+
+    def route(self, request, view):
+        instances = view.instances_of(request.model)
+        if self.is_long(request):
+            instances = [i for i in instances if i.gpu_share >= 1.0]
+        return route_least_loaded(request, view, instances)
+
+    def candidates(self, view) -> list[int]:
+        """Models with pending requests and no instance able to take them (absent, or only offloaded copies for long requests)."""
+        def blocked(model: int) -> bool:
+            if not view.pending_count(model):
+                return False
+            live = view.instances_of(model)
+            return not live or not any(i.gpu_share >= 1.0 for i in live)
+
+        models = [m for m in range(len(view.model_names)) if blocked(m)]
+        return sorted(models, key=lambda m: (-pending_gain_s(view, m), m))
+
+    def place_in_free_memory(self, view, model: int) -> bool:
+        if super().place_in_free_memory(view, model):
+            return True
+        pending = view.pending(model)
+        if view.instances_of(model) or any(self.is_long(r) for r in pending):
+            return False
+        share, gpu = self.best_partial_share(view, model)
+        if gpu is None:
+            return False
+        costs = view.costs(model)
+        context = sum(r.prompt_tokens for r in pending) / len(pending)
+        slowdown = costs.decode_step_s(1, context, share) / costs.decode_step_s(1, context, 1.0)
+        return slowdown <= self.max_slowdown and view.load(model, gpu, gpu_share=share) is not None
+
+    def best_partial_share(self, view, model: int) -> tuple[float, object]:
+        """The largest layer share (whole layers, ≥ ``min_gpu_share``) that fits a free gap with KV room, and that GPU."""
+        costs = view.costs(model)
+        reserve = self.kv_reserve_tokens * costs.kv_bytes_per_token
+        layers = costs.num_layers
+        best_share, best_gpu = 0.0, None
+        for gpu in view.gpus:
+            view.sync(gpu)
+            room = gpu.free_bytes() - gpu.in_flight_bytes() - reserve
+            for gpu_layers in range(layers - 1, 0, -1):
+                share = gpu_layers / layers
+                if share < self.min_gpu_share or share <= best_share:
+                    break
+                if costs.gpu_weight_bytes(share) <= room:
+                    best_share, best_gpu = share, gpu
+                    break
+        return best_share, best_gpu

@@ -1,0 +1,85 @@
+"""``slo-aware``: deadline-driven admission and preemption, on top of ``swap-aware`` residency.
+
+Every request has a deadline from its model's SLO (``view.slo(model)``):
+
+* not yet started: its TTFT deadline, ``arrival_s + ttft_s``;
+* started: the time its tokens so far were due, ``first_token_s + tpot_s × generated``.
+
+Admission (``order_waiting``) is earliest-deadline-first among requests that
+can still meet their deadline; those already past it go last, because
+serving a lost cause first only makes savable requests miss too.
+
+Preemption (``choose_victim``) takes the running request with the most
+slack: the time left until its predicted last token is due
+(``first_token_s + tpot_s × predicted_output_tokens``) minus the time its
+predicted remaining tokens need at the current step time. Its KV is swapped
+to host RAM (the paper: ~1% of the cost of a model swap), not recomputed.
+
+Residency follows ``swap-aware``, except that among absent models the one
+with the most requests still able to meet their TTFT after a reload is
+considered first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.policies.fcfs_swap import unblock
+from sim.policies.registry import register
+from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
+
+INF = float("inf")
+
+
+def deadline_s(request, slo) -> float:
+    """When the request's next due token is due under its SLO (inf when the SLO sets no bound)."""
+    if math.isnan(request.first_token_s):
+        return request.arrival_s + slo.ttft_s if slo.ttft_s else INF
+    return request.first_token_s + slo.tpot_s * request.generated if slo.tpot_s else INF
+
+
+@register
+class SloAwarePolicy(SwapAwarePolicy):
+    name = "slo-aware"
+    description = "Earliest-deadline-first admission from TTFT/TPOT SLOs, preempt the request with most slack (KV swap)."
+
+    def order_waiting(self, instance, view) -> None:
+        slo = view.slo(instance.model)
+        now = view.now
+
+        def key(request):
+            due = deadline_s(request, slo)
+            return (due < now, due, request.id)
+
+        ordered = sorted(instance.waiting, key=key)
+        instance.waiting.clear()
+        instance.waiting.extend(ordered)
+
+    def choose_victim(self, instance, view):
+        slo = view.slo(instance.model)
+        step_s = instance.costs.decode_step_s(len(instance.running), instance.context_tokens, instance.gpu_share)
+
+        def slack_s(position_request):
+            position, request = position_request
+            if not slo.tpot_s or math.isnan(request.first_token_s):
+                return (INF, position)
+            remaining = max(0, request.predicted_output_tokens - instance.generated(request))
+            last_due = request.first_token_s + slo.tpot_s * request.predicted_output_tokens
+            return (last_due - view.now - remaining * step_s, position)
+
+        _, victim = max(enumerate(instance.running), key=slack_s)
+        if len(instance.running) == 1:
+            gpu = instance.gpu  # its last request leaves: an idle neighbour may now block the queue
+            view.call_at(view.now, lambda v: unblock(v, gpu))
+        return victim, "swap"
+
+    def candidates(self, view) -> list[int]:
+        """Absent models with pending requests: most requests that can still meet their TTFT after a reload first."""
+        absent = [m for m in range(len(view.model_names)) if view.pending_count(m) and not view.instances_of(m)]
+
+        def savable(model: int) -> int:
+            ready_by = view.now + view.costs(model).reload_s()
+            slo = view.slo(model)
+            return sum(1 for r in view.pending(model) if deadline_s(r, slo) >= ready_by)
+
+        return sorted(absent, key=lambda m: (-savable(m), -pending_gain_s(view, m), m))
