@@ -65,7 +65,7 @@ def _compare_modes(scenario, chunks_factory):
 @pytest.mark.parametrize("variant", [
     {},
     {"engine": {"max_num_seqs": 256, "chunked_prefill": False}},
-    {"cluster": {"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 24}},  # both models co-resident: time-sliced
+    {"cluster": {"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 32}},  # both models co-resident: time-sliced
     {"cluster": {"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 20}, "engine": {"max_num_seqs": 256, "preemption_mode": "swap"}},
 ])
 def test_fast_forward_equals_per_iteration(variant):

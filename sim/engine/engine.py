@@ -127,6 +127,8 @@ class Engine:
     # -- batch formation (called by Instance.plan) ---------------------------------------------------
     def admit(self, instance: Instance, now: float, admit_new: bool = True) -> list[tuple[Request, int]]:
         """Prefill work for this iteration: chunks of in-flight prefills, then new requests in policy order."""
+        if not instance.prefilling and not (admit_new and instance.waiting):
+            return []
         config = self.config
         budget = config.max_num_batched_tokens - len(instance.running)
         prefills: list[tuple[Request, int]] = []
@@ -163,10 +165,13 @@ class Engine:
         return prefills
 
     def may_fast_forward(self, instance: Instance) -> bool:
-        return len(instance.gpu.active_instances()) == 1
+        gpu = instance.gpu
+        return len(gpu.instances) == 1 or len(gpu.active_instances()) == 1
 
     def resume_swapped(self, instance: Instance, now: float) -> float:
         """Swap in KV caches that fit; returns the transfer seconds the step waits for."""
+        if not instance.swapped:
+            return 0.0
         transfer_s = 0.0
         while instance.swapped and len(instance.running) + len(instance.prefilling) < self.config.max_num_seqs:
             request = instance.swapped[0]

@@ -37,6 +37,9 @@ class Gpu:
         return sum(instance.weight_bytes for instance in self.instances)
 
     def used_bytes(self) -> int:
+        if len(self.instances) == 1:  # the common case, on the hot path of every step
+            only = self.instances[0]
+            return only.weight_bytes + only.blocks * only.block_bytes
         return sum(instance.weight_bytes + instance.blocks * instance.block_bytes for instance in self.instances)
 
     def free_bytes(self) -> int:

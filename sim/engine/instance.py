@@ -137,13 +137,14 @@ class Instance:
 
     def release(self, request: Request) -> int:
         """Take a request out of whatever queue it is in here; return the KV blocks it held."""
-        if request.state == "running":
+        state = request.state
+        if state == "running":
             self._leave_running(request)
-        elif request in self.prefilling:
+        elif state == "prefilling":
             self.prefilling.remove(request)
-        elif request in self.waiting:
+        elif state == "waiting":
             self.waiting.remove(request)
-        elif request in self.swapped:
+        elif state == "swapped":
             self.swapped.remove(request)
         freed, request.blocks = request.blocks, 0
         self.blocks -= freed
