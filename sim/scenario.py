@@ -37,7 +37,10 @@ class ClusterConfig(Strict):
 
 
 class ModelEntry(Strict):
+    """One model deployment; ``alias`` names it when the same catalogue model is served twice (e.g. fp16 and fp8)."""
+
     name: str
+    alias: str | None = None
     dtype: str = "fp16"
     replicas: int | Literal["dynamic"] | None = None
     gpus: list[int] | None = None
@@ -49,6 +52,11 @@ class ModelEntry(Strict):
         if value not in catalogue():
             raise ValueError(f"unknown model {value!r}; expected one of {', '.join(sorted(catalogue()))}")
         return value
+
+    @property
+    def deployment(self) -> str:
+        """The name requests use to address this deployment."""
+        return self.alias or self.name
 
     @field_validator("dtype")
     @classmethod
@@ -95,10 +103,10 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Scenario":
-        names = [m.name for m in self.models]
+        names = [m.deployment for m in self.models]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
-            raise ValueError(f"models listed twice: {', '.join(sorted(duplicates))}")
+            raise ValueError(f"models listed twice: {', '.join(sorted(duplicates))} (give one of them an alias)")
         for key in self.slo:
             if key != "default" and key not in names:
                 raise ValueError(f"slo.{key}: not a model of this scenario (expected 'default' or one of {', '.join(names)})")

@@ -149,13 +149,13 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     profile = load_profile(scenario.profile, base_dir)
     env = simpy.Environment()
     gpus, nodes = build_hardware(env, scenario, profile)
-    names = [m.name for m in scenario.models]
+    names = [m.deployment for m in scenario.models]
     costs = [ModelCosts(profile, get_model(m.name), m.dtype) for m in scenario.models]
     config = EngineConfig(**scenario.engine.model_dump())
     engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"))
     mix = _mix_shares(scenario)
-    engine.slos = [scenario.slo_for(m.name) for m in scenario.models]
-    engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.name, 1.0)}
+    engine.slos = [scenario.slo_for(m.deployment) for m in scenario.models]
+    engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0)}
                         for i, m in enumerate(scenario.models)}
     if chunks is None:
         from sim.workload.stream import iter_requests
