@@ -43,13 +43,14 @@ def test_every_builtin_runs_mixed_and_the_summaries_differ(mixed_summaries):
 
 
 def test_mixed_static_cannot_serve_every_model(mixed_summaries):
-    # The seven models' weights exceed the four GPUs: a fixed placement leaves one model unserved.
+    # The seven models' weights exceed the four GPUs: a fixed placement leaves models unserved.
     static = mixed_summaries["static"]
     assert static["drop_reasons"].get("not_scheduled", 0) > 0
     assert static["lost_seconds"]["reload"] == 0
 
 
 def test_mixed_swap_aware_beats_fcfs_swap_on_goodput_and_reload_seconds(mixed_summaries):
+    # Weighing the swap penalty (and evicting idle instances first) instead of swapping for every FIFO head.
     naive, aware = mixed_summaries["fcfs-swap"], mixed_summaries["swap-aware"]
     assert aware["goodput_requests_per_s"] > naive["goodput_requests_per_s"]
     assert aware["lost_seconds"]["reload"] < naive["lost_seconds"]["reload"]
@@ -57,16 +58,37 @@ def test_mixed_swap_aware_beats_fcfs_swap_on_goodput_and_reload_seconds(mixed_su
     assert aware["preemptions"] < naive["preemptions"]
 
 
+def test_mixed_swap_aware_beats_static(mixed_summaries):
+    # Static never pays a reload but leaves the models that fit nowhere unserved; swap-aware serves every model.
+    static, aware = mixed_summaries["static"], mixed_summaries["swap-aware"]
+    assert aware["requests_dropped"] == 0
+    assert aware["slo_attainment"] > static["slo_attainment"]
+    assert aware["goodput_requests_per_s"] > static["goodput_requests_per_s"]
+
+
 def test_mixed_qualitative_ordering(mixed_summaries):
     goodput = {name: s["goodput_requests_per_s"] for name, s in mixed_summaries.items()}
-    # Serving every model beats a fixed placement that drops one; weighing the penalty beats ignoring it;
-    # offloading short jobs instead of swapping helps; deadline ordering helps SLO attainment most.
-    assert goodput["static"] < goodput["fcfs-swap"] < goodput["swap-aware"] < goodput["offload-aware"] < goodput["slo-aware"]
+    # Swapping on a clock or for every FIFO head loses more to reloads than a fixed placement loses to the
+    # models it drops; weighing the penalty beats both; offloading short jobs instead of swapping helps a
+    # little; deadline ordering helps most.
+    assert (goodput["time-slice"] < goodput["fcfs-swap"] < goodput["static"] < goodput["swap-aware"]
+            < goodput["offload-aware"] < goodput["slo-aware"])
     # A fixed quantum pays the swap penalty on a clock, whatever the work: worst TTFT among the swappers.
     swappers = ("fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
     worst_ttft = max(swappers, key=lambda n: mixed_summaries[n]["ttft_s"]["p50"])
     assert worst_ttft == "time-slice"
     assert mixed_summaries["slo-aware"]["slo_attainment"] == max(s["slo_attainment"] for s in mixed_summaries.values())
+
+
+def test_mixed_swap_aware_matches_the_example_policy(mixed_summaries):
+    # The flagship keeps what makes the example strong (short-first admission, free memory and idle
+    # victims first) and evicts a busy model only when the waiting work pays for it many times over.
+    # On this seed it leads by a hair; the test pins "no worse than 2% behind", not the hair.
+    scenario = load_scenario(MIXED)
+    example = simulate(scenario, policy=str(ROOT / "examples" / "my_policy.py") + ":MyPolicy", base_dir=MIXED.parent).summary
+    aware = mixed_summaries["swap-aware"]
+    assert aware["goodput_requests_per_s"] >= 0.98 * example["goodput_requests_per_s"]
+    assert aware["slo_attainment"] >= 0.98 * example["slo_attainment"]
 
 
 def test_example_policy_runs_through_the_cli(tmp_path, monkeypatch):

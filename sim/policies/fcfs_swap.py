@@ -40,22 +40,32 @@ def live_instances(gpu) -> list:
     return [i for i in gpu.instances if i.status in ("ready", "loading")]
 
 
-def gpu_with_room(view, model: int, gpu_share: float = 1.0):
-    """A GPU whose free memory already holds the model's weights (most free memory first), or None."""
+def kv_reserve_bytes(gpu, reserve_bytes: float, leaving=None) -> float:
+    """KV room a load onto ``gpu`` must leave: ``reserve_bytes`` when other instances stay there (0 on an empty GPU).
+
+    Two models packed with no KV room between them can each hold queued work that neither can start.
+    """
+    staying = [i for i in live_instances(gpu) if i is not leaving]
+    return reserve_bytes if staying else 0.0
+
+
+def gpu_with_room(view, model: int, gpu_share: float = 1.0, reserve_bytes: float = 0.0):
+    """A GPU whose free memory already holds the model's weights and the KV reserve (most free memory first), or None."""
     need = view.costs(model).gpu_weight_bytes(gpu_share)
     for gpu in view.gpus:
         view.sync(gpu)
     # The running step's new KV blocks count as taken, as the engine's own check does.
-    room = {g.index: g.free_bytes() - g.in_flight_bytes() for g in view.gpus}
+    room = {g.index: g.free_bytes() - g.in_flight_bytes() - kv_reserve_bytes(g, reserve_bytes) for g in view.gpus}
     fitting = [g for g in view.gpus if room[g.index] >= need]
     return max(fitting, key=lambda g: (room[g.index], -g.index)) if fitting else None
 
 
-def room_after_evicting(view, model: int, victim) -> bool:
-    """Whether unloading ``victim`` (weights and KV) leaves room on its GPU for ``model``'s weights."""
+def room_after_evicting(view, model: int, victim, reserve_bytes: float = 0.0) -> bool:
+    """Whether unloading ``victim`` (weights and KV) leaves room on its GPU for ``model``'s weights and the KV reserve."""
     view.sync(victim.gpu)
     freed = victim.weight_bytes + victim.kv_bytes
-    return victim.gpu.free_bytes() + freed >= view.costs(model).gpu_weight_bytes(1.0)
+    reserve = kv_reserve_bytes(victim.gpu, reserve_bytes, leaving=victim)
+    return victim.gpu.free_bytes() + freed >= view.costs(model).gpu_weight_bytes(1.0) + reserve
 
 
 def head_blocks(instance) -> int:
