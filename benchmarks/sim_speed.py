@@ -78,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=100_000)
     parser.add_argument("--exact-requests", type=int, default=20_000, help="per-iteration mode is slow; run it on a prefix")
-    parser.add_argument("--rate", type=float, default=60.0, help="arrivals per second (sets load and preemption)")
+    parser.add_argument("--rate", type=float, default=400.0, help="arrivals per second (sets load and preemption)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     n_exact = min(args.exact_requests, args.requests)

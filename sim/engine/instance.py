@@ -81,6 +81,8 @@ class Instance:
         self.ready_at_s = INF
         self.last_used_s = 0.0
         self.busy_s = 0.0
+        # A MIG slice has a share of the GPU's SMs and memory bandwidth: every step is slower by its inverse.
+        self.slowdown = 1.0 / gpu.compute_share
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -178,9 +180,12 @@ class Instance:
             return None if transfer_s == 0 else self._transfer_only(transfer_s)
         batch = len(self.running)
         coefficients = self.costs.step_coefficients(batch, self.gpu_share) if batch else None
+        if coefficients is not None and self.slowdown != 1.0:
+            coefficients = StepCoefficients(coefficients.base_s * self.slowdown, coefficients.per_context_token_s * self.slowdown)
         prefill_tokens = sum(chunk for _, chunk in prefills)
         prefill_context = sum(request.prefilled for request, _ in prefills)
-        first = self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context, self.gpu_share)
+        first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context,
+                                                        self.gpu_share)
         iterations = 1
         if fast and not prefills and not preempted and engine.may_fast_forward(self):
             iterations = self._window()

@@ -1,0 +1,113 @@
+"""``mmsim run`` end to end: shipped scenarios write their files; bad input is one line, exit 2, no output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO, scenario_dict
+
+FILES = ("summary.json", "requests.parquet", "events.parquet", "timeseries.parquet", "scenario.json")
+
+
+def mmsim(*args, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(["mmsim", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("scenario", ["scenarios/paper-preemption.yaml", "scenarios/azure-two-models.yaml",
+                                      "scenarios/offload.yaml"])
+def test_shipped_scenario_writes_results(tmp_path, scenario):
+    out = tmp_path / "run"
+    result = mmsim("run", scenario, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    for name in FILES:
+        assert (out / name).is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert summary["requests_total"] == len(requests) == summary["requests_completed"] + summary["requests_dropped"]
+    for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "goodput_requests_per_s", "slo_attainment",
+                "preemptions", "simulated_seconds", "sim_wall_seconds", "seed", "policy"):
+        assert key in summary
+    for key in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        assert set(summary[key]) == {"mean", "p50", "p90", "p99"}
+    dropped = requests[requests["status"] == "dropped"]
+    assert (dropped["drop_reason"] != "").all()
+
+
+def test_multi_gpu_scenario_summary_table_and_json(tmp_path):
+    result = mmsim("run", "scenarios/mixed.yaml", "--policy", "static", "--out", str(tmp_path / "a"), "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "SLO attainment" in result.stdout and str(tmp_path / "a") in result.stdout
+    as_json = mmsim("run", "scenarios/mixed.yaml", "--policy", "static", "--out", str(tmp_path / "b"), "--seed", "3", "--json")
+    summary = json.loads(as_json.stdout)
+    assert summary["seed"] == 3 and summary["policy"] == "static"
+    assert len({r for r in pd.read_parquet(tmp_path / "b" / "requests.parquet")["gpu"] if r >= 0}) > 1
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("name: [unclosed", "not valid YAML at line"),
+    ("- just\n- a list\n", "expected a YAML mapping"),
+    (json.dumps(scenario_dict(models=[{"name": "gpt-9"}])), "models.0.name"),
+    (json.dumps(scenario_dict(engine={"block_size": 0})), "engine.block_size"),
+    (json.dumps(scenario_dict(slo={"nobody": {"ttft_s": 1}})), "nobody"),
+    (json.dumps(scenario_dict(profile="no-such-profile")), "unknown profile"),
+    (json.dumps(scenario_dict(policy={"name": "no-such-policy"})), "unknown policy"),
+    (json.dumps(scenario_dict(policy={"name": "swap-aware", "params": {"bogus": 1}})), "bogus"),
+])
+def test_bad_scenarios_are_one_line_exit_2_and_write_nothing(tmp_path, text, expected):
+    out = tmp_path / "out"
+    result = mmsim("run", _write(tmp_path, text), "--out", str(out))
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_bad_flags_exit_2(tmp_path):
+    assert mmsim("run", "scenarios/mixed.yaml", "--mode", "slow", "--out", str(tmp_path)).returncode == 2
+    assert mmsim("run", "scenarios/mixed.yaml", "--seed", "abc").returncode == 2
+    missing = mmsim("run", "no/such/file.yaml")
+    assert missing.returncode == 2 and "cannot read file" in missing.stderr
+
+
+def test_policies_list_names_every_builtin():
+    listing = mmsim("policies", "list").stdout
+    for name in ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware"):
+        assert name in listing
+
+
+def test_mig_slices_are_separate_gpus():
+    from sim.scenario import parse_scenario
+    from sim.simulation import simulate
+
+    scenario = parse_scenario(scenario_dict(profile="a100-80gb", cluster={"nodes": 1, "gpus_per_node": 1,
+                                                                         "mig": {"profile": "3g.40gb", "slices_per_gpu": 2}}), "test")
+    result = simulate(scenario)
+    assert result.requests["status"].eq("completed").all()
+    assert set(result.requests["gpu"]) == {0, 1}
+
+
+def test_mig_slice_runs_slower_by_its_compute_share():
+    from sim.catalogue import get_model
+    from sim.costs import ModelCosts
+    from sim.profile import load_profile
+    from sim.scenario import parse_scenario
+    from sim.simulation import simulate
+    from tests.test_engine import chunk_of
+
+    scenario = parse_scenario(scenario_dict(profile="a100-80gb", models=[{"name": "qwen2.5-3b"}],
+                                            cluster={"nodes": 1, "gpus_per_node": 1, "mig": {"profile": "3g.40gb", "slices_per_gpu": 2}}), "t")
+    row = simulate(scenario, chunks=chunk_of([100.0], ["qwen2.5-3b"], [50], [20])).requests.iloc[0]
+    costs = ModelCosts(load_profile("a100-80gb"), get_model("qwen2.5-3b"))
+    whole_gpu = costs.prefill_s(50) + costs.step_coefficients(1).steps_s(51, 1, 19)
+    assert row["e2e_s"] == pytest.approx(whole_gpu * 7 / 3, rel=1e-9)
