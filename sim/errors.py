@@ -28,3 +28,15 @@ def pydantic_error_message(error, source: str) -> MmsimError:
         detail = "unknown field"
     extra = f" ({len(error.errors()) - 1} more problem(s))" if len(error.errors()) > 1 else ""
     return MmsimError(f"{detail}{extra}", source=source, field=field)
+
+
+def validate_mapping(model_cls, data: object, source: str, kind: str = "YAML mapping"):
+    """Validate a parsed file's top-level mapping as ``model_cls``, or raise one MmsimError naming the field."""
+    from pydantic import ValidationError
+
+    if not isinstance(data, dict):
+        raise MmsimError(f"expected a {kind} at the top level", source=source)
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as error:
+        raise pydantic_error_message(error, source) from None

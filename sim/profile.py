@@ -14,9 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.errors import MmsimError, pydantic_error_message
+from sim.errors import MmsimError, validate_mapping
 
 SCHEMA_VERSION = 1
 Source = Literal["measured", "published", "derived", "estimated"]
@@ -213,14 +213,9 @@ class Profile(Strict):
 
 def parse_profile(data: object, source: str) -> Profile:
     """Validate an already-parsed JSON object as a profile."""
-    if not isinstance(data, dict):
-        raise MmsimError("expected a JSON object at the top level", source=source)
-    if "schema_version" not in data:
+    if isinstance(data, dict) and "schema_version" not in data:
         raise MmsimError(f"missing field (expected schema_version: {SCHEMA_VERSION})", source=source, field="schema_version")
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as error:
-        raise pydantic_error_message(error, source) from None
+    return validate_mapping(Profile, data, source, kind="JSON object")
 
 
 def load_profile_file(path: Path) -> Profile:

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.catalogue import BITS_PER_WEIGHT, catalogue
-from sim.errors import MmsimError, pydantic_error_message
+from sim.errors import MmsimError, validate_mapping
 from sim.workload.config import WorkloadConfig
 
 
@@ -121,12 +121,7 @@ class Scenario(Strict):
 
 
 def parse_scenario(data: object, source: str) -> Scenario:
-    if not isinstance(data, dict):
-        raise MmsimError("expected a YAML mapping at the top level", source=source)
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as error:
-        raise pydantic_error_message(error, source) from None
+    return validate_mapping(Scenario, data, source)
 
 
 def read_yaml(path: Path) -> object:

@@ -20,9 +20,9 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sim.errors import MmsimError, pydantic_error_message
+from sim.errors import MmsimError, validate_mapping
 from sim.scenario import Scenario, parse_scenario, read_yaml
 
 CONVENIENCE_AXES = ("load", "gpus")
@@ -69,13 +69,7 @@ def run_id(axes: dict) -> str:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep file."""
-    data = read_yaml(Path(path))
-    if not isinstance(data, dict):
-        raise MmsimError("expected a YAML mapping at the top level", source=str(path))
-    try:
-        return SweepSpec.model_validate(data)
-    except ValidationError as error:
-        raise pydantic_error_message(error, str(path)) from None
+    return validate_mapping(SweepSpec, read_yaml(Path(path)), str(path))
 
 
 def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
