@@ -3,20 +3,23 @@
 Layers are timed as a chain of a few distinct layers (each with its own KV
 cache), the way a forward pass runs them, and the time is divided by the chain
 length; see :func:`calibrate.layers.rotation_count` for why one layer alone
-would read too fast.
+would read too fast. Grid points are timed in interleaved rounds
+(:func:`calibrate.timing.measure_rounds`).
 """
 
 from __future__ import annotations
 
 import gc
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from calibrate.layers import DecoderLayer, KVCache, LmHead, Rope, last_level_cache_bytes, random_tensor, rotation_count
 from calibrate.plan import ComputePlan, Tick
-from calibrate.timing import measure
+from calibrate.timing import measure, measure_rounds
 from sim.catalogue import ModelSpec
 
 
@@ -55,49 +58,59 @@ class LayerChain:
 
 def bench_decode(chain: LayerChain, plan: ComputePlan, tick: Tick) -> list[dict]:
     """Per-layer decode step time over the (batch, context) grid; C is the batch's total cached tokens."""
-    samples = []
-    device_name = chain.device.type
+    points = []
     for batch in plan.decode_batches:
         for context in plan.decode_contexts:
-            label = f"{chain.spec.name} decode on {device_name}: batch {batch}, context {context}"
-            if chain.kv_bytes(batch, context + 1) > plan.max_kv_bytes:
-                tick(label + " (skipped: KV over the plan's limit)")
-                continue
-            caches = chain.caches(batch, context + 1)
-            x = random_tensor((batch, 1, chain.spec.hidden_size), chain.dtype, chain.device, seed=5)
-            timing = measure(lambda: chain.forward(x, caches, context), chain.device, plan.warmup, plan.repeats)
-            samples.append(timing.scaled(1 / len(chain.layers)).record(
-                batch=batch, context_per_seq=context, context_tokens=batch * context, chained_layers=len(chain.layers)))
-            del caches
-            tick(label)
-    return samples
+            if chain.kv_bytes(batch, context + 1) <= plan.max_kv_bytes:
+                points.append((batch, context))
+            else:
+                for _ in range(plan.repeats):
+                    tick(f"{chain.spec.name} decode on {chain.device.type}: batch {batch}, context {context} "
+                         "(skipped: KV over the plan's limit)")
+    timings = measure_rounds([partial(_chain_call, chain, batch, 1, context) for batch, context in points],
+                             chain.device, plan.warmup, plan.repeats,
+                             _ticker(tick, plan, [f"{chain.spec.name} decode on {chain.device.type}: batch {b}, context {c}"
+                                                  for b, c in points]))
+    layers = len(chain.layers)
+    return [timing.scaled(1 / layers).record(batch=batch, context_per_seq=context, context_tokens=batch * context,
+                                             chained_layers=layers)
+            for (batch, context), timing in zip(points, timings)]
 
 
 def bench_prefill(chain: LayerChain, plan: ComputePlan, tick: Tick) -> list[dict]:
     """Per-layer prefill time of one prompt over the prompt-length grid."""
-    samples = []
-    for tokens in plan.prefill_tokens:
-        caches = chain.caches(1, tokens)
-        x = random_tensor((1, tokens, chain.spec.hidden_size), chain.dtype, chain.device, seed=6)
-        timing = measure(lambda: chain.forward(x, caches, 0), chain.device, plan.warmup, plan.repeats)
-        samples.append(timing.scaled(1 / len(chain.layers)).record(prompt_tokens=tokens, chained_layers=len(chain.layers)))
-        del caches
-        tick(f"{chain.spec.name} prefill on {chain.device.type}: {tokens} tokens")
-    return samples
+    timings = measure_rounds([partial(_chain_call, chain, 1, tokens, 0) for tokens in plan.prefill_tokens],
+                             chain.device, plan.warmup, plan.repeats,
+                             _ticker(tick, plan, [f"{chain.spec.name} prefill on {chain.device.type}: {tokens} tokens"
+                                                  for tokens in plan.prefill_tokens]))
+    layers = len(chain.layers)
+    return [timing.scaled(1 / layers).record(prompt_tokens=tokens, chained_layers=layers)
+            for tokens, timing in zip(plan.prefill_tokens, timings)]
+
+
+def _chain_call(chain: LayerChain, batch: int, tokens: int, start: int) -> Callable[[], object]:
+    """The chain's forward pass on ``tokens`` new tokens per sequence at position ``start``, with fresh KV caches."""
+    caches = chain.caches(batch, start + tokens)
+    x = random_tensor((batch, tokens, chain.spec.hidden_size), chain.dtype, chain.device, seed=5)
+    return lambda: chain.forward(x, caches, start)
+
+
+def _ticker(tick: Tick, plan: ComputePlan, labels: list[str]) -> Callable[[int, int], None]:
+    return lambda round_index, index: tick(f"{labels[index]} (round {round_index + 1}/{plan.repeats})")
 
 
 def bench_head(spec: ModelSpec, dtype: torch.dtype, device: torch.device, plan: ComputePlan, tick: Tick) -> list[dict]:
     """LM head + greedy sampling + embedding of the sampled tokens, per decode step, over the batch grid."""
     head = LmHead(spec, dtype, device)
-    samples = []
-    for batch in plan.decode_batches:
+
+    def call(batch: int) -> Callable[[], object]:
         hidden = random_tensor((batch, 1, spec.hidden_size), dtype, device, seed=7)
-        timing = measure(lambda: head.step(hidden), device, plan.warmup, plan.repeats)
-        samples.append(timing.record(batch=batch))
-        tick(f"{spec.name} LM head on {device.type}: batch {batch}")
-    del head
-    release(device)
-    return samples
+        return lambda: head.step(hidden)
+
+    labels = [f"{spec.name} LM head on {device.type}: batch {batch}" for batch in plan.decode_batches]
+    timings = measure_rounds([partial(call, batch) for batch in plan.decode_batches], device, plan.warmup,
+                             plan.repeats, _ticker(tick, plan, labels))
+    return [timing.record(batch=batch) for batch, timing in zip(plan.decode_batches, timings)]
 
 
 def bench_boundary(spec: ModelSpec, dtype: torch.dtype, device: torch.device, plan: ComputePlan) -> list[dict]:
@@ -132,5 +145,6 @@ def bench_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device, plan:
         del chain
         release(device)
         head = bench_head(spec, dtype, device, plan, tick)
+        release(device)
         boundary = bench_boundary(spec, dtype, device, plan) if device.type == "cuda" else []
     return {"decode": decode, "prefill": prefill, "head": head, "boundary": boundary, "chained_layers": chained}

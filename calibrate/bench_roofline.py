@@ -20,7 +20,7 @@ def gemm_flops_per_s(device: torch.device, dtype: torch.dtype, size: int, repeat
         b = random_tensor((size, size), dtype, device, seed=21)
         timing = measure(lambda: torch.matmul(a, b), device, warmup=2, repeats=repeats)
     flops = 2 * size**3
-    return flops / timing.median_s, timing.record(kind="gemm", size=size, dtype=str(dtype).removeprefix("torch."), flops=flops)
+    return flops / timing.typical_s, timing.record(kind="gemm", size=size, dtype=str(dtype).removeprefix("torch."), flops=flops)
 
 
 def copy_bandwidth_bytes_per_s(device: torch.device, nbytes: int, repeats: int) -> tuple[float, dict]:
@@ -29,7 +29,7 @@ def copy_bandwidth_bytes_per_s(device: torch.device, nbytes: int, repeats: int) 
         source = torch.ones(nbytes, dtype=torch.uint8, device=device)
         target = torch.empty_like(source)
         timing = measure(lambda: target.copy_(source), device, warmup=2, repeats=repeats)
-    return 2 * nbytes / timing.median_s, timing.record(kind="copy", bytes=nbytes)
+    return 2 * nbytes / timing.typical_s, timing.record(kind="copy", bytes=nbytes)
 
 
 def roofline(device: torch.device, dtype: torch.dtype, gemm_size: int, copy_bytes: int, repeats: int) -> dict:

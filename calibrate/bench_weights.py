@@ -88,7 +88,7 @@ def bench_load_disk(device: torch.device, sizes_bytes: tuple[int, ...], tensor_b
                 _free(device)
         finally:
             path.unlink()
-        samples.append(_record(times, source="disk", bytes=size))
+        samples.append(Timing.of(times, device).record(source="disk", bytes=size))
         tick(f"weight load from disk: {size / 2**20:.0f} MiB")
     return samples, dropped
 
@@ -100,20 +100,23 @@ def bench_load_host(device: torch.device, sizes_bytes: tuple[int, ...], tensor_b
     pinned = device.type == "cuda"
     for size in sizes_bytes:
         host = [torch.ones(n, dtype=WEIGHT_DTYPE, pin_memory=pinned) for n in _pieces(size, tensor_bytes)]
-        times = []
-        for _ in range(repeats):
-            loaded: list[torch.Tensor] = []
-            if pinned:
-                copy = lambda: loaded.extend(t.to(device, non_blocking=True) for t in host)  # noqa: E731
-            else:
-                copy = lambda: loaded.extend(t.clone() for t in host)  # noqa: E731
-            times.append(wall_time(copy, device))
-            loaded.clear()
-            _free(device)
-        del host
-        samples.append(_record(times, source="host", pinned=pinned, bytes=size))
+        times = [_time_host_load(host, device) for _ in range(repeats)]
+        host.clear()
+        samples.append(Timing.of(times, device).record(source="host", pinned=pinned, bytes=size))
         tick(f"weight load from host RAM: {size / 2**20:.0f} MiB")
     return samples
+
+
+def _time_host_load(host: list[torch.Tensor], device: torch.device) -> float:
+    """Seconds to copy host weights to the device (pinned, asynchronous) or into new host memory; then free them."""
+    loaded: list[torch.Tensor] = []
+    if device.type == "cuda":
+        seconds = wall_time(lambda: loaded.extend(t.to(device, non_blocking=True) for t in host), device)
+    else:
+        seconds = wall_time(lambda: loaded.extend(t.clone() for t in host), device)
+    loaded.clear()
+    _free(device)
+    return seconds
 
 
 def bench_unload(device: torch.device, sizes_bytes: tuple[int, ...], tensor_bytes: int, repeats: int, tick: Tick) -> list[dict]:
@@ -125,7 +128,7 @@ def bench_unload(device: torch.device, sizes_bytes: tuple[int, ...], tensor_byte
             weights = [torch.ones(n, dtype=WEIGHT_DTYPE, device=device) for n in _pieces(size, tensor_bytes)]
             synchronize(device)
             times.append(wall_time(lambda: (weights.clear(), _free(device)), device))
-        samples.append(_record(times, bytes=size))
+        samples.append(Timing.of(times, device).record(bytes=size))
         tick(f"weight unload: {size / 2**20:.0f} MiB")
     return samples
 
@@ -136,6 +139,3 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
     synchronize(device)
 
-
-def _record(times_s: list[float], **fields: object) -> dict:
-    return Timing(tuple(times_s)).record(**fields)

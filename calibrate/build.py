@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibrate.extrapolate import ReferencePoint, Roofline, efficiency, estimated_layer_cost, head_bytes, head_seconds_per_byte
-from calibrate.fit import fit_decode, fit_load, fit_prefill, fit_unload, value_at
+from calibrate.fit import fit_decode, fit_load, fit_prefill, fit_unload
 from sim.catalogue import ModelSpec, catalogue
 from sim.profile import SCHEMA_VERSION, Profile, parse_profile
 
@@ -37,7 +37,6 @@ class Measurements:
 
     device_type: str  # "cuda" or "cpu"
     dtype: str
-    plan_name: str
     gpu: dict
     cpu: dict
     software: dict[str, str]
@@ -55,7 +54,7 @@ class Measurements:
     unload: list[dict] = field(default_factory=list)
 
 
-def layer_cost(results: DeviceResults, where: str, dtype: str) -> dict:
+def layer_cost(results: DeviceResults, where: str, dtype: str, head_batch: int) -> dict:
     """A measured LayerCost: decode and prefill fits with their samples (head and hand-off samples ride along)."""
     decode, decode_error = fit_decode(results.decode)
     prefill, prefill_error = fit_prefill(results.prefill)
@@ -64,7 +63,7 @@ def layer_cost(results: DeviceResults, where: str, dtype: str) -> dict:
     prompts = [s["prompt_tokens"] for s in results.prefill]
     note = (f"{where}, {dtype}: decode fit over batch {batches} x context/seq {contexts} (max error {decode_error:.1%}), "
             f"prefill over {prompts} tokens (max error {prefill_error:.1%}); chain of {results.chained_layers} layers "
-            f"timed with {results.timer}, median of repeats")
+            f"timed with {results.timer}; LM head and hand-off quoted at batch {head_batch}")
     samples = ([s | {"kind": "decode"} for s in results.decode] + [s | {"kind": "prefill"} for s in results.prefill]
                + [s | {"kind": "head"} for s in results.head] + [s | {"kind": "boundary"} for s in results.boundary])
     return {"source": "measured", "note": note} | decode | prefill | {"samples": samples}
@@ -87,17 +86,22 @@ def hardware(m: Measurements) -> dict:
     }
 
 
+def at_batch(samples: list[dict], batch: int) -> float:
+    """The measured time at ``batch`` (the reference batch is always on the grid, so no fit is needed)."""
+    return next(s["typical_s"] for s in samples if s["batch"] == batch)
+
+
 def measured_models(m: Measurements) -> dict[str, dict]:
     """ModelCosts of the benchmarked models."""
     device_word = "GPU" if m.device_type == "cuda" else "CPU (as device)"
     out = {}
     for name, results in m.on_device.items():
-        gpu = layer_cost(results, device_word, m.dtype)
-        head_gpu = value_at(results.head, "batch", m.device_reference.batch)
+        gpu = layer_cost(results, device_word, m.dtype, m.device_reference.batch)
+        head_gpu = at_batch(results.head, m.device_reference.batch)
         if name in m.on_cpu:
-            cpu = layer_cost(m.on_cpu[name], "host CPU", m.dtype)
-            head_cpu = value_at(m.on_cpu[name].head, "batch", m.cpu_reference.batch)
-            boundary = value_at(results.boundary, "batch", m.device_reference.batch)
+            cpu = layer_cost(m.on_cpu[name], "host CPU", m.dtype, m.cpu_reference.batch)
+            head_cpu = at_batch(m.on_cpu[name].head, m.cpu_reference.batch)
+            boundary = at_batch(results.boundary, m.device_reference.batch)
         else:
             cpu = gpu | {"note": "CPU-only machine: the CPU's measured per-layer costs serve as both device and CPU costs"}
             head_cpu, boundary = head_gpu, 0.0
@@ -175,6 +179,7 @@ def write_profile(data: dict, path: Path) -> Profile:
         with handle:
             json.dump(data, handle, indent=1)
             handle.write("\n")
+        os.chmod(handle.name, 0o644)  # temp files are created private; a profile is meant to be shared
         os.replace(handle.name, path)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)

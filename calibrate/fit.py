@@ -5,7 +5,7 @@ noise, not physics) on rows weighted by 1/time, so a 1 MB copy counts as much
 as a 1 GB one: the fit minimises relative, not absolute, error. NNLS is
 Lawson-Hanson's active-set method in numpy (scipy is not a dependency).
 
-Samples are the dicts the benchmarks record; each has ``median_s``.
+Samples are the dicts the benchmarks record; each has ``typical_s`` (see ``calibrate.timing``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def max_relative_error(columns: Sequence[Sequence[float]], times_s: Sequence[flo
 
 
 def _times(samples: Sequence[dict]) -> list[float]:
-    return [s["median_s"] for s in samples]
+    return [s["typical_s"] for s in samples]
 
 
 def fit_decode(samples: Sequence[dict]) -> tuple[dict, float]:
@@ -109,9 +109,9 @@ def fit_transfer(bulk: Sequence[dict], chunked: Sequence[dict]) -> dict:
     latency, bandwidth = _bandwidth(latency, per_byte, sizes, times)
     per_copy = 0.0
     if chunked:
-        excess = [s["median_s"] - latency - s["bytes"] / bandwidth for s in chunked]
+        excess = [s["typical_s"] - latency - s["bytes"] / bandwidth for s in chunked]
         extra_copies = [s["copies"] - 1 for s in chunked]
-        weight = np.array([1.0 / s["median_s"] for s in chunked])
+        weight = np.array([1.0 / s["typical_s"] for s in chunked])
         per_copy = float(nnls((np.array(extra_copies, float) * weight)[:, None], np.array(excess) * weight)[0])
     return {"latency_s": latency, "bandwidth_bytes_per_s": bandwidth, "per_copy_latency_s": per_copy}
 
@@ -129,8 +129,3 @@ def fit_unload(samples: Sequence[dict]) -> dict:
     fixed, per_gib = fit_affine([s["bytes"] / GIB for s in samples], _times(samples))
     return {"fixed_s": fixed, "seconds_per_gib": per_gib}
 
-
-def value_at(samples: Sequence[dict], key: str, at: float) -> float:
-    """Affine fit of ``median_s`` against ``key``, evaluated at ``at`` (e.g. head time at a typical batch)."""
-    intercept, slope = fit_affine([s[key] for s in samples], _times(samples))
-    return intercept + slope * at

@@ -69,10 +69,6 @@ class KVCache:
         self.k = random_tensor(shape, dtype, device, seed=1)
         self.v = random_tensor(shape, dtype, device, seed=2)
 
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
-
 
 class DecoderLayer:
     """One decoder layer's weights on one device, and its forward pass."""
@@ -80,7 +76,7 @@ class DecoderLayer:
     def __init__(self, spec: ModelSpec, dtype: torch.dtype, device: torch.device, seed: int = 0):
         h, d = spec.hidden_size, spec.head_dim
         q_dim, kv_dim = spec.num_heads * d, spec.num_kv_heads * d
-        self.spec, self.device = spec, device
+        self.spec = spec
         ones = lambda n: torch.ones(n, dtype=dtype, device=device)  # noqa: E731
         self.input_norm, self.post_norm = ones(h), ones(h)
         self.qkv = random_tensor((q_dim + 2 * kv_dim, h), dtype, device, h ** -0.5, seed)

@@ -8,7 +8,7 @@ GPU plan covers serving-sized batches and contexts for a few models in minutes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 MB, GB, GIB, MIB = 10**6, 10**9, 2**30, 2**20
 
@@ -34,8 +34,9 @@ class ComputePlan:
 
     @property
     def points(self) -> int:
-        """Measurements per model: decode grid, prefill grid, head per batch size."""
-        return len(self.decode_batches) * len(self.decode_contexts) + len(self.prefill_tokens) + len(self.decode_batches)
+        """Progress ticks per model: each round times every decode point, prompt length and head batch once."""
+        per_round = len(self.decode_batches) * len(self.decode_contexts) + len(self.prefill_tokens) + len(self.decode_batches)
+        return per_round * self.repeats
 
 
 @dataclass(frozen=True)
@@ -54,16 +55,14 @@ class Plan:
     bandwidth_bytes: int
     roofline_repeats: int
 
-    def with_cpu(self, cpu: ComputePlan | None) -> Plan:
-        return replace(self, cpu=cpu)
-
 
 QUICK_CPU = ComputePlan(decode_batches=(1, 4, 8), decode_contexts=(128, 1024), prefill_tokens=(16, 64, 256),
-                        warmup=1, repeats=3, max_kv_bytes=2 * GIB, max_rotation=4)
+                        warmup=1, repeats=5, max_kv_bytes=2 * GIB, max_rotation=4)
 FULL_CPU = ComputePlan(decode_batches=(1, 2, 4, 8, 16), decode_contexts=(128, 512, 2048), prefill_tokens=(16, 64, 256, 512),
                        warmup=1, repeats=5, max_kv_bytes=4 * GIB, max_rotation=4)
-HOST_CPU_NEXT_TO_GPU = ComputePlan(decode_batches=(1, 4, 8), decode_contexts=(128, 1024), prefill_tokens=(16, 64, 256),
-                                   warmup=1, repeats=3, max_kv_bytes=4 * GIB, max_rotation=3)
+# the host CPU of a GPU server: small grids, since a 14B layer in fp16 may run at a few GFLOP/s there
+HOST_CPU_NEXT_TO_GPU = ComputePlan(decode_batches=(1, 4, 8), decode_contexts=(128, 1024), prefill_tokens=(8, 32, 128),
+                                   warmup=1, repeats=3, max_kv_bytes=4 * GIB, max_rotation=2)
 QUICK_GPU = ComputePlan(decode_batches=(1, 8, 32), decode_contexts=(256, 2048), prefill_tokens=(128, 512, 2048),
                         warmup=2, repeats=5, max_kv_bytes=8 * GIB, max_rotation=4)
 FULL_GPU = ComputePlan(decode_batches=(1, 4, 16, 64, 128), decode_contexts=(256, 1024, 4096), prefill_tokens=(128, 512, 1024, 2048, 4096, 8192),

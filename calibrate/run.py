@@ -22,11 +22,12 @@ from calibrate.build import DeviceResults, Measurements, assemble_profile
 from calibrate.extrapolate import ReferencePoint
 from calibrate.hardware import cpu_as_device_identity, cpu_identity, gpu_identity, software_versions
 from calibrate.layers import torch_dtype
-from calibrate.plan import ComputePlan, Plan, Tick
-from calibrate.timing import configure_cpu_threads
+from calibrate.plan import ComputePlan, Plan, Tick, no_progress
+from calibrate.timing import configure
 from sim.catalogue import ModelSpec
 
 CPU = torch.device("cpu")
+CPU_GEMM_SIZE = 1024  # a CPU without native fp16 math runs larger products for seconds
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Request:
     dtype: str
     plan_name: str  # "quick" or "full", recorded in the profile
     workdir: Path
+    threads: int | None = None  # torch CPU threads; None: the idle cores (recorded in the profile for validate)
 
 
 def total_steps(plan: Plan, request: Request) -> int:
@@ -60,17 +62,17 @@ def _device_results(raw: dict, device: torch.device) -> DeviceResults:
     return DeviceResults(raw["decode"], raw["prefill"], raw["head"], raw["boundary"], raw["chained_layers"], timer)
 
 
-def run_calibration(request: Request, plan: Plan, tick: Tick) -> dict:
+def run_calibration(request: Request, plan: Plan, tick: Tick = no_progress) -> dict:
     """Measure everything the plan asks for and return the assembled (not yet validated) profile."""
-    configure_cpu_threads()
     device, dtype = request.device, torch_dtype(request.dtype)
+    configure(device, request.threads)
     cpu = cpu_identity()
     gpu = gpu_identity(device) if device.type == "cuda" else cpu_as_device_identity(cpu)
     tick("hardware identity")
 
     device_roof = roofline(device, torch.bfloat16, plan.gemm_size, plan.bandwidth_bytes, plan.roofline_repeats)
     cpu_plan = plan.cpu or plan.device
-    cpu_roof = roofline(CPU, dtype, min(plan.gemm_size, 2048), min(plan.bandwidth_bytes, 2**30), plan.roofline_repeats)
+    cpu_roof = roofline(CPU, dtype, min(plan.gemm_size, CPU_GEMM_SIZE), min(plan.bandwidth_bytes, 2**30), plan.roofline_repeats)
     tick("roofline: GEMM and memory bandwidth")
 
     on_device, on_cpu = {}, {}
@@ -92,7 +94,7 @@ def run_calibration(request: Request, plan: Plan, tick: Tick) -> dict:
     unload = bench_unload(device, plan.unload_sizes_bytes, plan.weight_tensor_bytes, plan.weight_repeats, tick)
 
     measurements = Measurements(
-        device_type=device.type, dtype=request.dtype, plan_name=request.plan_name, gpu=gpu, cpu=cpu,
+        device_type=device.type, dtype=request.dtype, gpu=gpu, cpu=cpu,
         software=software_versions(device, request.plan_name), device_roofline=device_roof, cpu_roofline=cpu_roof,
         device_reference=reference_point(plan.device), cpu_reference=reference_point(cpu_plan),
         specs={spec.name: spec for spec in request.models}, on_device=on_device, on_cpu=on_cpu,

@@ -13,12 +13,12 @@ the prompt.
 from __future__ import annotations
 
 import dataclasses
-import statistics
+import time
 
 import torch
 
 from calibrate.layers import DecoderLayer, KVCache, LmHead, Rope, torch_dtype
-from calibrate.timing import configure_cpu_threads, synchronize, wall_time
+from calibrate.timing import Timing, configure, synchronize, wall_time
 from sim.catalogue import ModelSpec, get_model
 from sim.costs import ModelCosts
 from sim.errors import MmsimError
@@ -68,11 +68,15 @@ class PartialModel:
         """Run the prompt [batch, tokens] and return the first sampled tokens [batch, 1]."""
         return self.head.sample(self.forward(self.head.embed(prompt), caches, 0))
 
-    def decode(self, tokens: torch.Tensor, caches: list[KVCache], start: int, steps: int) -> torch.Tensor:
-        """``steps`` greedy decode steps from position ``start``; the KV cache grows by one token per step."""
+    def decode(self, tokens: torch.Tensor, caches: list[KVCache], start: int, steps: int) -> list[float]:
+        """``steps`` greedy decode steps from position ``start`` (the KV cache grows by one token per step); seconds of each."""
+        times = []
         for step in range(steps):
+            begin = time.perf_counter()
             tokens = self.head.sample(self.forward(self.head.embed(tokens), caches, start + step))
-        return tokens
+            self.synchronize()
+            times.append(time.perf_counter() - begin)
+        return times
 
     def synchronize(self) -> None:
         for device in set(self.devices) | {self.head_device}:
@@ -87,31 +91,41 @@ def predict(profile: Profile, spec: ModelSpec, dtype: str, shape: LoopShape) -> 
     return decode, costs.prefill_s(shape.prompt_tokens, shape.gpu_share)
 
 
-def measure_loop(spec: ModelSpec, dtype: str, device: torch.device, shape: LoopShape, repeats: int) -> dict:
-    """Median wall time of the decode loop and of one prompt's prefill, over ``repeats`` runs."""
-    configure_cpu_threads()
+def measure_loop(spec: ModelSpec, dtype: str, device: torch.device, shape: LoopShape, repeats: int,
+                 threads: int | None = None) -> dict:
+    """Seconds of the decode loop and of one prompt's prefill over ``repeats`` runs.
+
+    The loop's time is the sum over steps of each step's typical time across
+    runs (the statistic calibration uses), so a burst of load from another
+    process spoils one step of one run, not the whole comparison.
+    """
+    configure(device, threads)
     with torch.inference_mode():
         model = PartialModel(spec, torch_dtype(dtype), device, shape)
-        total = shape.prompt_tokens + shape.new_tokens
         generator = torch.Generator().manual_seed(0)
         prompt = torch.randint(0, spec.vocab_size, (shape.batch, shape.prompt_tokens), generator=generator)
         prompt = prompt.to(model.head_device)
-        single = model.caches(1, shape.prompt_tokens)
-        model.prefill(prompt[:1], single)  # warm-up
-        prefill_runs = [_timed(model, lambda: model.prefill(prompt[:1], single)) for _ in range(repeats)]
-        del single
-        caches = model.caches(shape.batch, total)
+        prefill_runs = _time_prefill(model, prompt[:1], repeats)
+        caches = model.caches(shape.batch, shape.prompt_tokens + shape.new_tokens)
         first = model.prefill(prompt, caches)
         model.decode(first, caches, shape.prompt_tokens, min(2, shape.new_tokens))  # warm-up
-        decode_runs = [_timed(model, lambda: model.decode(first, caches, shape.prompt_tokens, shape.new_tokens))
-                       for _ in range(repeats)]
-    return {"decode_runs_s": decode_runs, "prefill_runs_s": prefill_runs,
-            "decode_s": statistics.median(decode_runs), "prefill_s": statistics.median(prefill_runs)}
+        runs = [model.decode(first, caches, shape.prompt_tokens, shape.new_tokens) for _ in range(repeats)]
+    steps = [Timing.of([run[i] for run in runs], device) for i in range(shape.new_tokens)]
+    prefill = Timing.of(prefill_runs, device)
+    return {"decode_runs_s": [sum(run) for run in runs], "prefill_runs_s": prefill_runs, "statistic": prefill.statistic,
+            "torch_threads": torch.get_num_threads(),
+            "decode_s": sum(step.typical_s for step in steps), "prefill_s": prefill.typical_s}
 
 
-def _timed(model: PartialModel, fn) -> float:
-    model.synchronize()
-    return wall_time(lambda: (fn(), model.synchronize()), CPU)
+def _time_prefill(model: PartialModel, prompt: torch.Tensor, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` prefills of one prompt (after a warm-up), into caches of its own."""
+    caches = model.caches(1, prompt.shape[1])
+    model.prefill(prompt, caches)
+    runs = []
+    for _ in range(repeats):
+        model.synchronize()
+        runs.append(wall_time(lambda: (model.prefill(prompt, caches), model.synchronize()), CPU))
+    return runs
 
 
 def choose_model(profile: Profile, name: str | None) -> ModelSpec:
@@ -124,8 +138,18 @@ def choose_model(profile: Profile, name: str | None) -> ModelSpec:
     return min(measured, key=lambda spec: spec.params)
 
 
-def validate(profile: Profile, spec: ModelSpec, device: torch.device, shape: LoopShape, repeats: int) -> dict:
-    """Run the loop, predict it, and compare: tokens/s both ways and the signed error in percent."""
+def profile_threads(profile: Profile) -> int | None:
+    """The torch CPU thread count the profile was measured with, if it says."""
+    recorded = profile.hardware.software.get("torch_threads", "")
+    return int(recorded) if recorded.isdigit() else None
+
+
+def validate(profile: Profile, spec: ModelSpec, device: torch.device, shape: LoopShape, repeats: int,
+             threads: int | None = None) -> dict:
+    """Run the loop, predict it, and compare: tokens/s both ways and the signed error in percent.
+
+    The loop runs with ``threads`` CPU threads, by default as many as the profile was measured with.
+    """
     if not 0 <= shape.cpu_layers <= shape.layers or shape.layers < 1:
         raise MmsimError(f"need 1 <= layers and 0 <= cpu-layers <= layers (got {shape.layers} and {shape.cpu_layers})")
     if min(shape.batch, shape.prompt_tokens, shape.new_tokens, repeats) < 1:
@@ -135,7 +159,8 @@ def validate(profile: Profile, spec: ModelSpec, device: torch.device, shape: Loo
     entry = profile.models.get(spec.name)
     dtype = entry.dtype if entry else "fp16"
     predicted_decode, predicted_prefill = predict(profile, spec, dtype, shape)
-    measured = measure_loop(spec, dtype, device, shape, repeats)
+    threads = threads or profile_threads(profile)
+    measured = measure_loop(spec, dtype, device, shape, repeats, threads)
     tokens = shape.batch * shape.new_tokens
     measured_rate, predicted_rate = tokens / measured["decode_s"], tokens / predicted_decode
     error = (predicted_rate - measured_rate) / measured_rate * 100
@@ -149,4 +174,5 @@ def validate(profile: Profile, spec: ModelSpec, device: torch.device, shape: Loo
         "measured_prefill_s": measured["prefill_s"], "predicted_prefill_s": predicted_prefill,
         "prefill_error_pct": (predicted_prefill - measured["prefill_s"]) / measured["prefill_s"] * 100,
         "decode_runs_s": measured["decode_runs_s"], "prefill_runs_s": measured["prefill_runs_s"],
+        "statistic": measured["statistic"], "torch_threads": measured["torch_threads"],
     }

@@ -20,8 +20,13 @@ app = typer.Typer(
 stderr = Console(stderr=True)
 
 COMMAND_MODULES = (
+    "sim.cli.calibrate_cmds",
+    "sim.cli.trace_cmds",
     "sim.cli.catalogue_cmds",
     "sim.cli.run_cmds",
+    "sim.cli.reproduce_cmds",
+    "sim.cli.report_cmds",
+    "sim.cli.sweep_cmds",
 )
 """Each module registers its commands on ``app`` when imported."""
 

@@ -1,0 +1,76 @@
+"""``mmsim calibrate``: measure this host into a profile; ``mmsim calibrate validate``: check a profile for real.
+
+The work lives in the ``calibrate`` package, imported inside the commands so
+that ``mmsim --help`` (and every other command) never imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from sim.cli import app, stderr
+from sim.errors import MmsimError
+
+calibrate_app = typer.Typer(help="Measure this machine (torch microbenchmarks) into a hardware profile.",
+                            invoke_without_command=True)
+app.add_typer(calibrate_app, name="calibrate")
+
+
+@calibrate_app.callback(invoke_without_command=True)
+def calibrate(
+    ctx: typer.Context,
+    gpu: int = typer.Option(None, "--gpu", help="CUDA GPU index to calibrate (the default is GPU 0)"),
+    device: str = typer.Option(None, "--device", help="cpu (CPU-only machines), cuda or cuda:N"),
+    models: str = typer.Option(None, "--models", help="comma-separated catalogue models "
+                               "(default: qwen2.5-3b with --quick, else qwen2.5-3b,qwen3-8b,qwen2.5-14b)"),
+    quick: bool = typer.Option(False, "--quick", help="small grids: under a minute on a CPU-only machine"),
+    out: Path = typer.Option(None, "--out", help="profile JSON to write (default: ./calibrated-<device>.json)"),
+    dtype: str = typer.Option("fp16", "--dtype", help="weight and KV dtype: fp16, bf16 or fp32"),
+    workdir: Path = typer.Option(None, "--workdir", help="folder for scratch checkpoints (default: the --out folder)"),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the cores not busy with other work)"),
+) -> None:
+    """Run microbenchmarks on a GPU (or the CPU) and write a profile that `mmsim run` can use."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _require_calibrate()
+    from calibrate.commands import calibrate_command
+    calibrate_command(gpu, device, models, quick, out, dtype, workdir, threads)
+
+
+@calibrate_app.command("validate")
+def validate(
+    profile: str = typer.Argument(..., help="profile JSON (or a built-in profile name)"),
+    model: str = typer.Option(None, "--model", help="catalogue model (default: the smallest measured one)"),
+    layers: int = typer.Option(4, "--layers", help="decoder layers to run"),
+    cpu_layers: int = typer.Option(0, "--cpu-layers", help="of those, how many run on the CPU (tests the offload formula)"),
+    batch: int = typer.Option(4, "--batch", help="sequences decoded together; the LM head cost is quoted at the middle "
+                              "batch of the calibration grid (4 on CPU, 16 for a full GPU calibration)"),
+    prompt_tokens: int = typer.Option(128, "--prompt-tokens", help="prompt length per sequence"),
+    new_tokens: int = typer.Option(32, "--new-tokens", help="decode steps"),
+    repeats: int = typer.Option(5, "--repeats", help="runs of the loop (each step counts its best run on the CPU, its median on a GPU)"),
+    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: the device the profile was calibrated on)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    record: bool = typer.Option(False, "--record", help="also store the result in the profile's validation section"),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: as many as the profile was measured with)"),
+) -> None:
+    """Run a real torch decode loop and compare its tokens/s with the profile's prediction."""
+    _require_calibrate()
+    from calibrate.commands import validate_command
+    from calibrate.validate import LoopShape
+    validate_command(profile, model, device, LoopShape(layers, cpu_layers, batch, prompt_tokens, new_tokens),
+                     repeats, as_json, record, threads)
+
+
+def _require_calibrate() -> None:
+    """Stop with one line (exit 2) when the calibration extras are missing.
+
+    Printed here without markup: the install hint's ``[calibrate]`` would read as a style tag.
+    """
+    from calibrate import require_torch
+    try:
+        require_torch()
+    except MmsimError as error:
+        stderr.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(error.exit_code) from None
