@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibrate.extrapolate import ReferencePoint, Roofline, efficiency, estimated_layer_cost, head_bytes, head_seconds_per_byte
-from calibrate.fit import fit_decode, fit_load, fit_prefill, fit_unload
+from calibrate.fit import fit_affine, fit_decode, fit_load, fit_prefill, fit_unload
 from sim.catalogue import ModelSpec, catalogue
 from sim.profile import SCHEMA_VERSION, Profile, parse_profile
 
@@ -63,7 +63,7 @@ def layer_cost(results: DeviceResults, where: str, dtype: str, head_batch: int) 
     prompts = [s["prompt_tokens"] for s in results.prefill]
     note = (f"{where}, {dtype}: decode fit over batch {batches} x context/seq {contexts} (max error {decode_error:.1%}), "
             f"prefill over {prompts} tokens (max error {prefill_error:.1%}); chain of {results.chained_layers} layers "
-            f"timed with {results.timer}; LM head and hand-off quoted at batch {head_batch}")
+            f"timed with {results.timer}; LM head fitted over the batch grid, hand-off quoted at batch {head_batch}")
     samples = ([s | {"kind": "decode"} for s in results.decode] + [s | {"kind": "prefill"} for s in results.prefill]
                + [s | {"kind": "head"} for s in results.head] + [s | {"kind": "boundary"} for s in results.boundary])
     return {"source": "measured", "note": note} | decode | prefill | {"samples": samples}
@@ -91,22 +91,27 @@ def at_batch(samples: list[dict], batch: int) -> float:
     return next(s["typical_s"] for s in samples if s["batch"] == batch)
 
 
+def head_fit(samples: list[dict]) -> tuple[float, float]:
+    """LM head time per step as ``fixed + per_seq * batch`` (the vocabulary projection grows with the batch)."""
+    return fit_affine([s["batch"] for s in samples], [s["typical_s"] for s in samples])
+
+
 def measured_models(m: Measurements) -> dict[str, dict]:
     """ModelCosts of the benchmarked models."""
     device_word = "GPU" if m.device_type == "cuda" else "CPU (as device)"
     out = {}
     for name, results in m.on_device.items():
         gpu = layer_cost(results, device_word, m.dtype, m.device_reference.batch)
-        head_gpu = at_batch(results.head, m.device_reference.batch)
+        head_gpu = head_fit(results.head)
         if name in m.on_cpu:
             cpu = layer_cost(m.on_cpu[name], "host CPU", m.dtype, m.cpu_reference.batch)
-            head_cpu = at_batch(m.on_cpu[name].head, m.cpu_reference.batch)
+            head_cpu = head_fit(m.on_cpu[name].head)
             boundary = at_batch(results.boundary, m.device_reference.batch)
         else:
             cpu = gpu | {"note": "CPU-only machine: the CPU's measured per-layer costs serve as both device and CPU costs"}
             head_cpu, boundary = head_gpu, 0.0
-        out[name] = {"dtype": m.dtype, "gpu": gpu, "cpu": cpu, "head_gpu_s": head_gpu, "head_cpu_s": head_cpu,
-                     "boundary_s": boundary}
+        out[name] = {"dtype": m.dtype, "gpu": gpu, "cpu": cpu, "head_gpu_s": head_gpu[0], "head_cpu_s": head_cpu[0],
+                     "head_gpu_per_seq_s": head_gpu[1], "head_cpu_per_seq_s": head_cpu[1], "boundary_s": boundary}
     return out
 
 
@@ -118,16 +123,15 @@ def estimated_models(m: Measurements, measured: dict[str, dict]) -> dict[str, di
     cpu_roof = Roofline(m.cpu_roofline["bandwidth_bytes_per_s"], m.cpu_roofline["flops_per_s"])
     device_ratios = efficiency({n: c["gpu"] for n, c in measured.items()}, specs, m.dtype, device_roof, m.device_reference)
     cpu_ratios = efficiency({n: c["cpu"] for n, c in measured.items()}, specs, m.dtype, cpu_roof, m.cpu_reference)
-    head_gpu_rate = head_seconds_per_byte({n: c["head_gpu_s"] for n, c in measured.items()}, specs, m.dtype)
-    head_cpu_rate = head_seconds_per_byte({n: c["head_cpu_s"] for n, c in measured.items()}, specs, m.dtype)
+    rates = {key: head_seconds_per_byte({n: c[key] for n, c in measured.items()}, specs, m.dtype)
+             for key in ("head_gpu_s", "head_cpu_s", "head_gpu_per_seq_s", "head_cpu_per_seq_s")}
     boundary = statistics.median(c["boundary_s"] for c in measured.values())
     device_word = "GPU" if m.device_type == "cuda" else "CPU (as device)"
     return {name: {
         "dtype": m.dtype,
         "gpu": estimated_layer_cost(spec, m.dtype, device_roof, device_ratios, device_word),
         "cpu": estimated_layer_cost(spec, m.dtype, cpu_roof, cpu_ratios, "host CPU"),
-        "head_gpu_s": head_bytes(spec, m.dtype) * head_gpu_rate,
-        "head_cpu_s": head_bytes(spec, m.dtype) * head_cpu_rate,
+        **{key: head_bytes(spec, m.dtype) * rate for key, rate in rates.items()},
         "boundary_s": boundary,
     } for name, spec in others.items()}
 

@@ -89,6 +89,8 @@ class ModelCosts:
         head_bytes = spec.vocab_size * spec.hidden_size * spec.weight_bytes(dtype) / spec.params
         self.head_gpu_s = entry.head_gpu_s if entry else head_bytes / gpu_bw + launch
         self.head_cpu_s = entry.head_cpu_s if entry and entry.cpu else head_bytes / cpu_bw
+        self.head_gpu_per_seq_s = entry.head_gpu_per_seq_s if entry else 0.0
+        self.head_cpu_per_seq_s = entry.head_cpu_per_seq_s if entry and entry.cpu else 0.0
         self.boundary_s = entry.boundary_s if entry else 0.0
         curve = entry.offload_curve if entry else None
         self._curve = (np.array([p.gpu_share for p in curve.points]), np.array([p.normalized_throughput for p in curve.points])) if curve else None
@@ -135,11 +137,17 @@ class ModelCosts:
         g, c = self.gpu, self.cpu
         base = (n_gpu * (g.decode_base_s + g.decode_per_seq_s * batch)
                 + n_cpu * (c.decode_base_s + c.decode_per_seq_s * batch)
-                + boundary + (self.head_gpu_s if n_gpu > 0 else self.head_cpu_s))
+                + boundary + self._head_s(n_gpu > 0, batch))
         per_context = n_gpu * g.decode_per_context_token_s + n_cpu * c.decode_per_context_token_s
         result = StepCoefficients(base * factor, per_context * factor)
         self._coefficients[key] = result
         return result
+
+    def _head_s(self, on_gpu: bool, batch: int) -> float:
+        """LM head + sampling for one step of ``batch`` sequences, on the GPU or (all layers offloaded) the CPU."""
+        if on_gpu:
+            return self.head_gpu_s + self.head_gpu_per_seq_s * batch
+        return self.head_cpu_s + self.head_cpu_per_seq_s * batch
 
     def decode_step_s(self, batch: int, context_tokens: float, gpu_share: float = 1.0) -> float:
         return self.step_coefficients(batch, gpu_share).step_s(context_tokens)
@@ -154,8 +162,7 @@ class ModelCosts:
             return cost.prefill_base_s + cost.prefill_per_token_s * tokens + cost.prefill_per_token_sq_s * quadratic
 
         boundary = self.boundary_s if 0 < n_gpu < self.spec.num_layers else 0.0
-        head = self.head_gpu_s if n_gpu > 0 else self.head_cpu_s
-        return n_gpu * layer(self.gpu) + n_cpu * layer(self.cpu) + boundary + head
+        return n_gpu * layer(self.gpu) + n_cpu * layer(self.cpu) + boundary + self._head_s(n_gpu > 0, 1)
 
     def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_context: int,
                      gpu_share: float = 1.0) -> float:

@@ -158,6 +158,8 @@ class ModelCosts(Strict):
     cpu: LayerCost | None = None
     head_gpu_s: float = Field(default=0.0, ge=0, description="LM head + sampling per decode step on GPU")
     head_cpu_s: float = Field(default=0.0, ge=0)
+    head_gpu_per_seq_s: float = Field(default=0.0, ge=0, description="LM head cost growing with the batch, per sequence")
+    head_cpu_per_seq_s: float = Field(default=0.0, ge=0)
     boundary_s: float = Field(default=0.0, ge=0, description="GPU<->CPU hand-off per step when offloaded")
     offload_curve: OffloadCurve | None = None
     swap: SwapCosts | None = None

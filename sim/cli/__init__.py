@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sim.errors import MmsimError
 
@@ -39,7 +40,7 @@ def main() -> None:
     try:
         app()
     except MmsimError as error:
-        stderr.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
         stderr.print("interrupted")

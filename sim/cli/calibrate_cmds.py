@@ -10,8 +10,7 @@ from pathlib import Path
 
 import typer
 
-from sim.cli import app, stderr
-from sim.errors import MmsimError
+from sim.cli import app
 
 calibrate_app = typer.Typer(help="Measure this machine (torch microbenchmarks) into a hardware profile.",
                             invoke_without_command=True)
@@ -64,13 +63,6 @@ def validate(
 
 
 def _require_calibrate() -> None:
-    """Stop with one line (exit 2) when the calibration extras are missing.
-
-    Printed here without markup: the install hint's ``[calibrate]`` would read as a style tag.
-    """
+    """Stop with one line (exit 2, via the CLI's error handler) when the calibration extras are missing."""
     from calibrate import require_torch
-    try:
-        require_torch()
-    except MmsimError as error:
-        stderr.print(f"error: {error}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(error.exit_code) from None
+    require_torch()
