@@ -114,3 +114,31 @@ def test_invariants_hold_for_random_workloads(n, rate, seed, chunked, max_seqs):
     result = simulate(scenario, chunks=random_chunks(n, ["qwen2.5-3b", "qwen3-8b"], rate, seed, prompt_max=3000))
     _check_invariants(result, n)
     assert result.summary["requests_completed"] + result.summary["requests_dropped"] == n
+
+
+def test_weights_kept_on_host_reload_from_ram(monkeypatch):
+    from sim.policies import Policy
+
+    class Bounce(Policy):
+        """Load model 0, evict it (keeping its weights in RAM) at 20 s, load it again when memory is free."""
+
+        name = "bounce"
+
+        def setup(self, view):
+            self.first = view.load(0, view.gpus[0])
+            view.call_at(20.0, lambda v: v.unload(self.first, mode="swap", keep_on_host=True))
+
+        def on_unloaded(self, instance, view):
+            assert view.host_cached(0, instance.gpu.node)
+            view.load(0, view.gpus[0])
+
+    scenario = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-14b"}]), "test")
+    import sim.policies.registry as registry
+    monkeypatch.setitem(registry._REGISTRY, "bounce", Bounce)
+    result = simulate(scenario, policy="bounce", chunks=chunk_of([10.0, 30.0], ["qwen2.5-14b"] * 2, [100, 100], [5, 5]))
+    loads = result.events[result.events["kind"] == "load"]
+    assert list(loads["detail"]) == ["share=1 from=disk", "share=1 from=host"]
+    costs = ModelCosts(load_profile("paper-rtx5000"), get_model("qwen2.5-14b"))
+    assert loads["duration_s"].iloc[1] == pytest.approx(costs.reload_s(from_host=True))
+    assert costs.reload_s(from_host=True) < costs.reload_s() / 3
+    assert result.requests["status"].eq("completed").all()

@@ -266,11 +266,11 @@ class Engine:
         if self.arrivals_done and self.outstanding == 0 and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0, from_host: bool = False) -> Instance | None:
-        return residency.load(self, model, gpu, gpu_share, from_host)
+    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
+        return residency.load(self, model, gpu, gpu_share)
 
-    def unload(self, instance: Instance, mode: str = "swap") -> bool:
-        return residency.unload(self, instance, mode)
+    def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
+        return residency.unload(self, instance, mode, keep_on_host)
 
     def new_uid(self) -> int:
         self._next_uid += 1

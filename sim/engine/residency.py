@@ -18,8 +18,10 @@ def _paused(request) -> bool:
     return not math.isnan(request.preempted_at_s)
 
 
-def load(engine, model: int, gpu, gpu_share: float = 1.0, from_host: bool = False) -> Instance | None:
-    """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory."""
+def load(engine, model: int, gpu, gpu_share: float = 1.0) -> Instance | None:
+    """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory.
+
+    The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk."""
     costs = engine.costs[model]
     gpu.cut_window(engine)  # settle a fast-forward window so the memory check sees now, not its start
     if costs.gpu_weight_bytes(gpu_share) > gpu.free_bytes() - gpu.in_flight_bytes():
@@ -28,10 +30,13 @@ def load(engine, model: int, gpu, gpu_share: float = 1.0, from_host: bool = Fals
     instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config)
     gpu.instances.append(instance)
     engine.instances.append(instance)
+    node = engine.nodes[gpu.node]
+    from_host = model in node.host_weights
     seconds = costs.reload_s(gpu_share, from_host)
     channel = "host_to_device" if from_host else "disk"
-    total = engine.nodes[gpu.node].transfer(env.now, seconds, channel)
-    engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total, detail=f"share={gpu_share:g}")
+    total = node.transfer(env.now, seconds, channel)
+    engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total,
+                          detail=f"share={gpu_share:g} from={'host' if from_host else 'disk'}")
     env.process(_finish_load(engine, instance, total))
     return instance
 
@@ -51,16 +56,19 @@ def _finish_load(engine, instance: Instance, seconds: float):
     instance.gpu.kick(engine)
 
 
-def unload(engine, instance: Instance, mode: str = "swap") -> bool:
-    """Start unloading ``instance``; its requests go back to their model's pending queue."""
+def unload(engine, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
+    """Start unloading ``instance``; its requests go back to their model's pending queue.
+
+    With ``keep_on_host`` the weights stay cached in the node's RAM (if it has room), so the
+    next load of the model on that node reads them from RAM instead of disk."""
     if instance.status not in ("ready", "loading"):
         return False
     instance.status = "draining"
-    engine.env.process(_drain(engine, instance, mode))
+    engine.env.process(_drain(engine, instance, mode, keep_on_host))
     return True
 
 
-def _drain(engine, instance: Instance, mode: str):
+def _drain(engine, instance: Instance, mode: str, keep_on_host: bool):
     env, gpu = engine.env, instance.gpu
     gpu.cut_window(engine)
     while gpu.current is not None and gpu.current.instance is instance:
@@ -82,6 +90,8 @@ def _drain(engine, instance: Instance, mode: str):
         if _paused(request) and request.preempted_at_s == now:
             request.add_loss("unload", unload_s)
             request.pause_charged += unload_s
+    if keep_on_host:
+        engine.nodes[gpu.node].cache_weights(instance.model, instance.costs.weight_bytes())
     gpu.instances.remove(instance)
     engine.instances.remove(instance)
     instance.status = "gone"

@@ -15,7 +15,7 @@ class Node:
         self.index = index
         self.host_memory_bytes = host_memory_bytes
         self.host_kv_bytes = 0
-        self.host_weight_bytes = 0
+        self.host_weights: dict[int, int] = {}  # model -> bytes of its weights cached in host RAM
         self.free_at = {"host_to_device": 0.0, "device_to_host": 0.0, "disk": 0.0}
 
     def transfer(self, now: float, seconds: float, channel: str) -> float:
@@ -24,11 +24,23 @@ class Node:
         self.free_at[channel] = start + seconds
         return start + seconds - now
 
+    def _host_free_bytes(self) -> int:
+        return self.host_memory_bytes - self.host_kv_bytes - sum(self.host_weights.values())
+
     def reserve_host(self, kv_bytes: int) -> bool:
         """Hold swapped KV in host RAM if it fits next to cached weights."""
-        if self.host_kv_bytes + self.host_weight_bytes + kv_bytes > self.host_memory_bytes:
+        if kv_bytes > self._host_free_bytes():
             return False
         self.host_kv_bytes += kv_bytes
+        return True
+
+    def cache_weights(self, model: int, weight_bytes: int) -> bool:
+        """Keep a model's weights in host RAM (a policy's choice at unload) if they fit."""
+        if model in self.host_weights:
+            return True
+        if weight_bytes > self._host_free_bytes():
+            return False
+        self.host_weights[model] = weight_bytes
         return True
 
     def release_host(self, kv_bytes: int) -> None:

@@ -93,7 +93,7 @@ class SwapAwarePolicy(Policy):
     @classmethod
     def param_defaults(cls) -> dict:
         return {"benefit_ratio": 16.0, "min_residency_s": 20.0, "recheck_s": 1.0, "aging_tokens_per_s": 0.5,
-                "kv_reserve_tokens": 4096}
+                "kv_reserve_tokens": 4096, "keep_weights_on_host": False}
 
     def __init__(self, **params):
         super().__init__(**params)
@@ -213,7 +213,7 @@ class SwapAwarePolicy(Policy):
                     self.rechecks.at(view, "plan", wait_until, self.plan)
                 continue
             if not victim.has_work or self.pays_for(view, model, victim):
-                view.unload(victim, mode="swap")
+                view.unload(victim, mode="swap", keep_on_host=self.keep_weights_on_host)
                 return
             waiting = True
         if waiting:

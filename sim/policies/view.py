@@ -67,13 +67,19 @@ class ClusterView:
     def assign(self, request, instance) -> None:
         self._engine.assign(request, instance)
 
-    def load(self, model: int, gpu, gpu_share: float = 1.0, from_host: bool = False):
-        """Start loading; returns the new instance, or None if the weights do not fit."""
-        return self._engine.load(model, gpu, gpu_share, from_host)
+    def load(self, model: int, gpu, gpu_share: float = 1.0):
+        """Start loading (from the node's host-RAM copy if one is cached, else disk); returns the new
+        instance, or None if the weights do not fit."""
+        return self._engine.load(model, gpu, gpu_share)
 
-    def unload(self, instance, mode: str = "swap") -> bool:
-        """Start unloading; running requests are preempted by ``swap`` or ``recompute``."""
-        return self._engine.unload(instance, mode)
+    def unload(self, instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
+        """Start unloading; running requests are preempted by ``swap`` or ``recompute``. ``keep_on_host``
+        keeps the weights in the node's RAM (if there is room) for a faster reload there."""
+        return self._engine.unload(instance, mode, keep_on_host)
+
+    def host_cached(self, model: int, node: int) -> bool:
+        """Whether ``node`` holds a host-RAM copy of ``model``'s weights."""
+        return model in self._engine.nodes[node].host_weights
 
     def preempt(self, instance, request, mode: str) -> None:
         """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
