@@ -111,7 +111,7 @@ def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
     while not engine.all_done.triggered:
         yield env.timeout(interval_s)
         for gpu in engine.gpus:
-            gpu.sync(engine)
+            gpu.sync()
             busy = (gpu.busy_s - last_busy[gpu.index]) / interval_s
             last_busy[gpu.index] = gpu.busy_s
             for inst in gpu.instances:
@@ -127,13 +127,13 @@ def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
 
 
 def _leftovers(engine: Engine) -> list[Request]:
+    """Requests still held when the run stopped (nothing could serve them), with their progress settled."""
     left = [r for queue in engine.pending for r in queue]
     for inst in engine.instances:
-        left += [*inst.waiting, *inst.swapped, *inst.prefilling]
-        inst.gpu.sync(engine)
-        left += [r for r in inst.running]
-        for r in inst.running:
-            r.generated = inst.generated(r)
+        inst.gpu.sync()
+        for request in inst.running:
+            request.generated = inst.generated(request)
+        left += [*inst.waiting, *inst.swapped, *inst.prefilling, *inst.running]
     return left
 
 

@@ -47,10 +47,10 @@ def run(policy: str, rows, mode: str = "fast"):
     """Simulate, asserting after every GPU step that no GPU holds more than its memory."""
     original = Engine.after_step
 
-    def checked(engine, gpu, instance):
+    def checked(engine, instance):
         for each in engine.gpus:
             assert each.used_bytes() <= each.capacity_bytes, f"GPU {each.index} over capacity"
-        original(engine, gpu, instance)
+        original(engine, instance)
 
     with mock.patch.object(Engine, "after_step", checked):
         return simulate(SCENARIO, policy=policy, mode=mode, chunks=chunks(rows))

@@ -82,13 +82,20 @@ class Engine:
         if instance is not None:
             self.assign(request, instance)
         else:
-            self.pending[request.model].append(request)
+            self.unplace(request)
         self.policy.on_arrival(request, self.view)
+
+    def unplace(self, request: Request) -> None:
+        """Put ``request`` in its model's pending queue, for the policy to place later."""
+        request.instance = None
+        request.unplaced = True
+        self.pending[request.model].append(request)
 
     def assign(self, request: Request, instance: Instance) -> None:
         """Queue ``request`` at ``instance`` (swapped KV resumes there if it is on the same node)."""
-        if request in self.pending[request.model]:
+        if request.unplaced:
             self.pending[request.model].remove(request)
+            request.unplaced = False
         request.instance = instance
         request.gpu = instance.gpu.index
         if request.state == "swapped" and request.kv_on_host_node == instance.gpu.node:
@@ -100,7 +107,7 @@ class Engine:
             request.state = "waiting"
             instance.waiting.append(request)
         if instance.status == "ready" and self._could_start(instance, request):
-            instance.gpu.kick(self)
+            instance.gpu.kick()
 
     def _could_start(self, instance: Instance, request: Request) -> bool:
         """Whether ``request`` might join ``instance``'s batch at its next iteration boundary.
@@ -259,7 +266,7 @@ class Engine:
         self.policy.on_finish(request, instance, self.view)
         self._check_done()
 
-    def after_step(self, gpu: Gpu, instance: Instance) -> None:
+    def after_step(self, instance: Instance) -> None:
         self.policy.on_step(instance, self.view)
 
     def _check_done(self) -> None:

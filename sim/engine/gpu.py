@@ -68,15 +68,15 @@ class Gpu:
     def active_instances(self) -> list[Instance]:
         return [i for i in self.instances if i.status == "ready" and i.has_work]
 
-    def kick(self, engine) -> None:
+    def kick(self) -> None:
         """Something changed on this GPU: wake the loop, or end a fast-forward window early."""
         self.blocked.clear()
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
         elif self.current is not None and self.current.iterations > 1:
-            self.cut_window(engine)
+            self.cut_window()
 
-    def sync(self, engine) -> None:
+    def sync(self) -> None:
         """Make the running instance's counters reflect the iterations finished by now."""
         step = self.current
         if step is None or step.iterations <= 1 or step.prefills:
@@ -94,9 +94,9 @@ class Gpu:
         step.instance.busy_s += elapsed
         self.busy_s += elapsed
 
-    def cut_window(self, engine) -> None:
+    def cut_window(self) -> None:
         """End the current fast-forward window at the first iteration boundary from now."""
-        self.sync(engine)
+        self.sync()
         step = self.current
         if step is None or step.iterations <= 1:
             return
@@ -150,4 +150,4 @@ class Gpu:
             instance.last_used_s = env.now
             instance.complete(engine, step, step.iterations, env.now)
             self.blocked.clear()
-            engine.after_step(self, instance)
+            engine.after_step(instance)

@@ -19,7 +19,7 @@ class Request:
         "id", "model", "arrival_s", "prompt_tokens", "output_tokens", "predicted_output_tokens", "priority",
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "preempted_at_s",
-        "kv_on_host_node", "blocks", "pause_charged",
+        "kv_on_host_node", "blocks", "pause_charged", "unplaced",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -49,6 +49,7 @@ class Request:
         self.kv_on_host_node = -1
         self.blocks = 0
         self.pause_charged = 0.0
+        self.unplaced = False  # in its model's pending queue (no instance holds it)
 
     def add_loss(self, cause: str, seconds: float) -> None:
         self.lost[LOSS_CAUSES.index(cause)] += seconds

@@ -23,7 +23,7 @@ def load(engine, model: int, gpu, gpu_share: float = 1.0) -> Instance | None:
 
     The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk."""
     costs = engine.costs[model]
-    gpu.cut_window(engine)  # settle a fast-forward window so the memory check sees now, not its start
+    gpu.cut_window()  # settle a fast-forward window so the memory check sees now, not its start
     if costs.gpu_weight_bytes(gpu_share) > gpu.free_bytes() - gpu.in_flight_bytes():
         return None
     env = engine.env
@@ -53,7 +53,7 @@ def _finish_load(engine, instance: Instance, seconds: float):
         if _paused(request):
             request.add_loss("reload", seconds)
             request.pause_charged += seconds
-    instance.gpu.kick(engine)
+    instance.gpu.kick()
 
 
 def unload(engine, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
@@ -70,7 +70,7 @@ def unload(engine, instance: Instance, mode: str = "swap", keep_on_host: bool = 
 
 def _drain(engine, instance: Instance, mode: str, keep_on_host: bool):
     env, gpu = engine.env, instance.gpu
-    gpu.cut_window(engine)
+    gpu.cut_window()
     while gpu.current is not None and gpu.current.instance is instance:
         yield gpu.current_done
     now = env.now
@@ -80,8 +80,7 @@ def _drain(engine, instance: Instance, mode: str, keep_on_host: bool):
     evicted = [*instance.swapped, *instance.waiting]
     for request in evicted:
         instance.release(request)
-        request.instance = None
-        engine.pending[request.model].append(request)
+        engine.unplace(request)
     unload_s = instance.costs.unload_s(instance.gpu_share)
     engine.recorder.event(now, "unload", gpu.index, instance.name, duration_s=transfer_s + unload_s, detail=mode)
     engine.policy.on_evicted(instance, evicted, engine.view)
@@ -95,5 +94,5 @@ def _drain(engine, instance: Instance, mode: str, keep_on_host: bool):
     gpu.instances.remove(instance)
     engine.instances.remove(instance)
     instance.status = "gone"
-    gpu.kick(engine)
+    gpu.kick()
     engine.policy.on_unloaded(instance, engine.view)

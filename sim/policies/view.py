@@ -61,7 +61,7 @@ class ClusterView:
 
     def sync(self, gpu) -> None:
         """Bring a fast-forwarding GPU's counters up to now before reading them."""
-        gpu.sync(self._engine)
+        gpu.sync()
 
     # -- acting ----------------------------------------------------------------------------------
     def assign(self, request, instance) -> None:
@@ -83,9 +83,9 @@ class ClusterView:
 
     def preempt(self, instance, request, mode: str) -> None:
         """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
-        instance.gpu.sync(self._engine)
+        instance.gpu.sync()
         self._engine.preempt(instance, request, mode, self.now)
-        instance.gpu.kick(self._engine)
+        instance.gpu.kick()
 
     def call_at(self, time_s: float, callback) -> None:
         """Run ``callback(view)`` at simulated time ``time_s`` (timers for quanta and deadlines)."""
