@@ -77,6 +77,8 @@ def trace_import(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Import a public trace FORMAT file IN into a native trace OUT (times rebased to start at 0)."""
+    if fmt not in FORMATS:
+        raise MmsimError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}", field="FORMAT")
     arrivals = None
     if fmt == "length-pairs":
         if rate is None:
