@@ -10,6 +10,7 @@ when something that could change the batch happens (an arrival, a load).
 from __future__ import annotations
 
 import simpy
+from simpy.core import NORMAL
 
 from sim.engine.instance import Instance, Step
 
@@ -28,7 +29,6 @@ class Gpu:
         self.current: Step | None = None
         self._wake: simpy.Event | None = None
         self._window_end: simpy.Event | None = None
-        self._generation = 0
         self._turn = 0
         self.blocked: set[Instance] = set()
 
@@ -101,17 +101,21 @@ class Gpu:
         if step is None or step.iterations <= 1:
             return
         step.iterations = 1
-        self._schedule_end(step.start_s + step.elapsed_s(1) - self.env.now)
+        self._reschedule_end(step.start_s + step.elapsed_s(1) - self.env.now)
 
-    def _schedule_end(self, delay: float) -> None:
-        self._generation += 1
-        generation = self._generation
-        timer = self.env.timeout(max(delay, 0.0))
-        timer.callbacks.append(lambda _event: self._end_window(generation))
+    def _scheduled_end(self, delay: float) -> simpy.Event:
+        """An event that fires ``delay`` seconds from now: the end of the step now running."""
+        event = simpy.Event(self.env)
+        event._ok, event._value = True, None
+        self.env.schedule(event, NORMAL, max(delay, 0.0))
+        return event
 
-    def _end_window(self, generation: int) -> None:
-        if generation == self._generation and not self._window_end.triggered:
-            self._window_end.succeed()
+    def _reschedule_end(self, delay: float) -> None:
+        """Move the end of the running step earlier: whoever waits for it (the loop, a drain) now
+        waits for a new event, and the old one fires later with nobody listening."""
+        old = self._window_end
+        self._window_end = self._scheduled_end(delay)
+        self._window_end.callbacks, old.callbacks = old.callbacks, []
 
     def _next_instance(self) -> Instance | None:
         if len(self.instances) == 1:
@@ -140,8 +144,7 @@ class Gpu:
                 continue
             step.start_s = env.now
             self.current = step
-            self._window_end = env.event()
-            self._schedule_end(step.elapsed_s(step.iterations))
+            self._window_end = self._scheduled_end(step.elapsed_s(step.iterations))
             yield self._window_end
             self.current = None
             elapsed = env.now - step.start_s
