@@ -13,7 +13,7 @@ from sim.cli.common import console, print_json, table
 from sim.errors import MmsimError, pydantic_error_message
 from sim.workload.config import Arrivals, GeneratorConfig
 from sim.workload.generator import generate
-from sim.workload.importers import FORMATS
+from sim.workload.importers import FORMATS, get_format
 from sim.workload.merge import merge_streams
 from sim.workload.reader import read_trace
 from sim.workload.rows import ImportOptions, RowReport
@@ -77,8 +77,7 @@ def trace_import(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Import a public trace FORMAT file IN into a native trace OUT (times rebased to start at 0)."""
-    if fmt not in FORMATS:
-        raise MmsimError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}", field="FORMAT")
+    get_format(fmt)  # an unknown name is reported before the files are looked at
     arrivals = None
     if fmt == "length-pairs":
         if rate is None:
