@@ -111,3 +111,11 @@ def test_mig_slice_runs_slower_by_its_compute_share():
     costs = ModelCosts(load_profile("a100-80gb"), get_model("qwen2.5-3b"))
     whole_gpu = costs.prefill_s(50) + costs.step_coefficients(1).steps_s(51, 1, 19)
     assert row["e2e_s"] == pytest.approx(whole_gpu * 7 / 3, rel=1e-9)
+
+
+def test_profile_override_from_the_command_line(tmp_path):
+    result = mmsim("run", "scenarios/azure-two-models.yaml", "--profile", "h100-sxm", "--out", str(tmp_path / "o"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["profile"] == "h100-sxm"
+    bad = mmsim("run", "scenarios/azure-two-models.yaml", "--profile", "nope", "--out", str(tmp_path / "p"))
+    assert bad.returncode == 2 and "unknown profile" in bad.stderr and not (tmp_path / "p").exists()

@@ -43,13 +43,21 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         out: Path = typer.Option(None, "--out", "-o", help="results folder (default reports/runs/NAME-POLICY-sSEED)"),
         seed: int = typer.Option(None, "--seed", help="override the scenario's seed"),
         mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)"),
+        profile: str = typer.Option(None, "--profile", help="override the scenario's profile: a built-in name or a profile JSON "
+                                                            "(e.g. one written by mmsim calibrate)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Simulate a scenario and write summary.json + requests/events/timeseries Parquet."""
     if mode not in ("fast", "exact"):
         raise MmsimError(f"--mode must be fast or exact, not {mode!r}")
     from sim.runner import run_scenario
+    from sim.scenario import load_scenario
 
-    result, out_dir = run_scenario(scenario, policy=policy, seed=seed, mode=mode, out_dir=out, show_progress=not as_json)
+    loaded = load_scenario(scenario)
+    if profile:
+        # A path given on the command line is relative to where the command runs, not to the scenario.
+        loaded = loaded.model_copy(update={"profile": str(Path(profile).resolve()) if Path(profile).exists() else profile})
+    result, out_dir = run_scenario(scenario, policy=policy, seed=seed, mode=mode, out_dir=out, show_progress=not as_json,
+                                   scenario=loaded)
     if as_json:
         print_json(result.summary)
         return
