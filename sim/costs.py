@@ -41,7 +41,9 @@ class StepCoefficients:
 
     def steps_s(self, context_tokens: float, batch: int, steps: int) -> float:
         """Sum of ``steps`` consecutive steps, context growing by ``batch`` tokens per step."""
-        return steps * self.step_s(context_tokens) + self.per_context_token_s * batch * steps * (steps - 1) / 2
+        # step_s(context_tokens), written out: this runs several times per simulated step.
+        first_s = self.base_s + self.per_context_token_s * context_tokens
+        return steps * first_s + self.per_context_token_s * batch * steps * (steps - 1) / 2
 
 
 def estimate_layer_cost(spec: ModelSpec, dtype: str, bandwidth: float, flops: float, launch_s: float, note: str) -> prof.LayerCost:

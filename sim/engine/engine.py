@@ -53,6 +53,8 @@ class Engine:
         self.fast = fast
         self.pending: list[deque[Request]] = [deque() for _ in model_names]
         self.instances: list[Instance] = []
+        # The same instances by model (in load order), so routing an arrival need not scan them all.
+        self.instances_by_model: list[list[Instance]] = [[] for _ in model_names]
         self.recorder = Recorder(model_names)
         self.placement: dict[int, dict] = {}
         self.outstanding = 0
@@ -134,12 +136,13 @@ class Engine:
     # -- batch formation (called by Instance.plan) ---------------------------------------------------
     def admit(self, instance: Instance, now: float, admit_new: bool = True) -> list[tuple[Request, int]]:
         """Prefill work for this iteration: chunks of in-flight prefills, then new requests in policy order."""
-        if not instance.prefilling and not (admit_new and instance.waiting):
+        prefilling, waiting, running = instance.prefilling, instance.waiting, instance.running
+        if not prefilling and not (admit_new and waiting):
             return []
         config = self.config
-        budget = config.max_num_batched_tokens - len(instance.running)
+        budget = config.max_num_batched_tokens - len(running)
         prefills: list[tuple[Request, int]] = []
-        for request in instance.prefilling:
+        for request in prefilling:
             chunk = min(request.prefill_target - request.prefilled, budget)
             if chunk <= 0:
                 break
@@ -147,26 +150,27 @@ class Engine:
             budget -= chunk
         if not admit_new:
             return prefills
-        if instance.waiting:
+        if waiting and self.policy.reorders_waiting:  # the default order is FCFS: nothing to do
             self.policy.order_waiting(instance, self.view)
-        while instance.waiting and budget > 0:
-            if len(instance.running) + len(instance.prefilling) >= config.max_num_seqs:
+        max_num_seqs, chunked, block_size = config.max_num_seqs, config.chunked_prefill, config.block_size
+        while waiting and budget > 0:
+            if len(running) + len(prefilling) >= max_num_seqs:
                 break
-            request = instance.waiting[0]
+            request = waiting[0]
             need = request.prefill_target - request.prefilled
-            if not config.chunked_prefill and need > budget and (prefills or instance.running):
+            if not chunked and need > budget and (prefills or running):
                 break
-            blocks = blocks_for(request.prefill_target + 1, config.block_size)
+            blocks = blocks_for(request.prefill_target + 1, block_size)
             if blocks > instance.spare_blocks():
                 break
-            instance.waiting.popleft()
+            waiting.popleft()
             request.blocks = blocks
             instance.blocks += blocks
             request.state = "prefilling"
-            instance.prefilling.append(request)
+            prefilling.append(request)
             if math.isnan(request.first_scheduled_s):
                 request.first_scheduled_s = now
-            chunk = min(need, budget) if config.chunked_prefill else need
+            chunk = min(need, budget) if chunked else need
             prefills.append((request, chunk))
             budget -= chunk
         return prefills

@@ -147,10 +147,11 @@ class Gpu:
             self._window_end = self._scheduled_end(step.elapsed_s(step.iterations))
             yield self._window_end
             self.current = None
-            elapsed = env.now - step.start_s
+            now = env.now
+            elapsed = now - step.start_s  # sync may have moved the start on
             instance.busy_s += elapsed
             self.busy_s += elapsed
-            instance.last_used_s = env.now
-            instance.complete(engine, step, step.iterations, env.now)
+            instance.last_used_s = now
+            instance.complete(engine, step, step.iterations, now)
             self.blocked.clear()
             engine.after_step(instance)

@@ -9,6 +9,7 @@ boundary; :meth:`complete` applies it when its time has passed.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from sim.engine.request import Request
 INF = float("inf")
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     """What one GPU step does: ``iterations`` decode iterations (fast-forward when > 1),
     optionally with prefill chunks, after ``transfer_s`` of KV swaps."""
@@ -44,8 +45,18 @@ class Step:
         return self.transfer_s + self.first_iteration_s + rest
 
     def iterations_done_by(self, seconds: float) -> int:
-        """Whole iterations finished ``seconds`` after the start (binary search on the closed form)."""
+        """Whole iterations finished ``seconds`` after the start: the largest k with ``elapsed_s(k) <= seconds``.
+
+        ``elapsed_s`` never decreases with k, so a guess from the closed form's quadratic splits the range
+        exactly; when the guess is right (the usual case) two evaluations settle it, else a binary search does."""
         low, high = 0, self.iterations
+        guess = min(max(self._guess_iterations(seconds), 0), high)
+        if self.elapsed_s(guess) <= seconds:
+            if guess == high or self.elapsed_s(guess + 1) > seconds:
+                return guess
+            low = guess + 1
+        else:
+            high = guess - 1
         while low < high:
             mid = (low + high + 1) // 2
             if self.elapsed_s(mid) <= seconds:
@@ -53,6 +64,19 @@ class Step:
             else:
                 high = mid - 1
         return low
+
+    def _guess_iterations(self, seconds: float) -> int:
+        """Approximately solve ``elapsed_s(k) = seconds`` for k >= 1 (only a hint: rounding may be off by one)."""
+        rest = seconds - self.transfer_s - self.first_iteration_s
+        if rest < 0 or self.coefficients is None:
+            return 0
+        # elapsed_s(1 + m) - elapsed_s(1) = half * m^2 + (step - half) * m, the first of them at step seconds.
+        step = self.coefficients.step_s(self.context_tokens + self.batch)
+        half = self.coefficients.per_context_token_s * self.batch / 2
+        linear = step - half
+        if half <= 0:
+            return 1 + int(rest / step) if step > 0 else self.iterations
+        return 1 + int((math.sqrt(linear * linear + 4 * half * rest) - linear) / (2 * half))
 
 
 class Instance:
@@ -83,6 +107,7 @@ class Instance:
         self.busy_s = 0.0
         # A MIG slice has a share of the GPU's SMs and memory bandwidth: every step is slower by its inverse.
         self.slowdown = 1.0 / gpu.compute_share
+        self._coefficients: dict[int, tuple[StepCoefficients, StepCoefficients]] = {}
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -98,7 +123,8 @@ class Instance:
         return bool(self.waiting or self.swapped or self.running or self.prefilling)
 
     def free_blocks(self) -> int:
-        return int(self.gpu.free_bytes() // self.block_bytes)
+        gpu = self.gpu  # Gpu.free_bytes, inlined: this is asked several times per step
+        return int((gpu.capacity_bytes - gpu.used_bytes()) // self.block_bytes)
 
     def spare_blocks(self) -> int:
         """Free blocks left after this step's decodes have taken theirs."""
@@ -163,7 +189,7 @@ class Instance:
         self.iteration += iterations
 
     def decode_blocks_needed(self) -> int:
-        return self.phases.new_blocks(self.iteration, 1)
+        return self.phases.next_blocks(self.iteration)
 
     def plan(self, engine, now: float, fast: bool) -> Step | None:
         """Form the next step at this iteration boundary, preempting when KV blocks run short."""
@@ -173,23 +199,38 @@ class Instance:
         while self.running and self.decode_blocks_needed() > self.free_blocks():
             transfer_s = max(transfer_s, engine.preempt_for_blocks(self, now))
             preempted = True
-        if not preempted:
+        if not preempted and self.swapped:
             transfer_s += engine.resume_swapped(self, now + transfer_s)
-        prefills = engine.admit(self, now, admit_new=not preempted)
-        if not self.running and not prefills:
-            return None if transfer_s == 0 else self._transfer_only(transfer_s)
+        prefills = engine.admit(self, now, admit_new=not preempted) if self.prefilling or self.waiting else []
         batch = len(self.running)
-        coefficients = self.costs.step_coefficients(batch, self.gpu_share) if batch else None
-        if coefficients is not None and self.slowdown != 1.0:
-            coefficients = StepCoefficients(coefficients.base_s * self.slowdown, coefficients.per_context_token_s * self.slowdown)
-        prefill_tokens = sum(chunk for _, chunk in prefills)
-        prefill_context = sum(request.prefilled for request, _ in prefills)
-        first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context,
-                                                        self.gpu_share)
+        if prefills:
+            coefficients = self._decode_coefficients(batch)[1] if batch else None
+            prefill_tokens = sum(chunk for _, chunk in prefills)
+            prefill_context = sum(request.prefilled for request, _ in prefills)
+            first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context,
+                                                            self.gpu_share)
+        elif batch:
+            # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
+            unscaled, coefficients = self._decode_coefficients(batch)
+            first = self.slowdown * unscaled.step_s(self.context_tokens)
+        else:
+            return None if transfer_s == 0 else self._transfer_only(transfer_s)
         iterations = 1
         if fast and not prefills and not preempted and engine.may_fast_forward(self):
             iterations = self._window()
         return Step(self, iterations, coefficients, batch, self.context_tokens, prefills, first, transfer_s)
+
+    def _decode_coefficients(self, batch: int) -> tuple[StepCoefficients, StepCoefficients]:
+        """This instance's decode-step coefficients for ``batch`` sequences, as the cost model gives them and
+        scaled by the MIG slowdown; cached here, since every step asks and the share never changes."""
+        cached = self._coefficients.get(batch)
+        if cached is None:
+            unscaled = self.costs.step_coefficients(batch, self.gpu_share)
+            scaled = unscaled
+            if self.slowdown != 1.0:
+                scaled = StepCoefficients(unscaled.base_s * self.slowdown, unscaled.per_context_token_s * self.slowdown)
+            cached = self._coefficients[batch] = (unscaled, scaled)
+        return cached
 
     def _transfer_only(self, transfer_s: float) -> Step:
         return Step(self, 0, None, 0, 0, [], 0.0, transfer_s)

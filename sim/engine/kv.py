@@ -45,6 +45,10 @@ class PhaseHistogram:
             blocks += counts[(-(iteration + s)) % bs]
         return blocks
 
+    def next_blocks(self, iteration: int) -> int:
+        """Blocks allocated by the one step ``iteration -> iteration + 1`` (``new_blocks(iteration, 1)``)."""
+        return self.counts[-iteration % self.block_size]
+
     def max_steps(self, iteration: int, free_blocks: int, limit: int) -> int:
         """The most steps (at most ``limit``) whose new blocks fit in ``free_blocks``."""
         if self.total == 0:

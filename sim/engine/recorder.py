@@ -26,27 +26,23 @@ class Recorder:
 
     def __init__(self, model_names: list[str]):
         self.model_names = model_names
-        self.floats = {name: array("d") for name in self.FLOAT_COLUMNS}
-        self.ints = {name: array("q") for name in self.INT_COLUMNS}
+        # One row per request, its values interleaved in column order: two extends per request instead
+        # of one append per column (this is on the path of every request).
+        self.float_rows = array("d")
+        self.int_rows = array("q")
         self.events: list[tuple] = []
         self.samples: list[tuple] = []
 
     def request(self, request: Request, drop_reason: str = "") -> None:
-        f, i = self.floats, self.ints
-        f["arrival_s"].append(request.arrival_s)
-        f["first_scheduled_s"].append(request.first_scheduled_s)
-        f["first_token_s"].append(request.first_token_s)
-        f["finish_s"].append(request.finish_s)
-        for cause, seconds in zip(LOSS_CAUSES, request.lost):
-            f[f"lost_{cause}_s"].append(seconds)
-        i["id"].append(request.id)
-        i["model"].append(request.model)
-        i["prompt_tokens"].append(request.prompt_tokens)
-        i["output_tokens"].append(request.output_tokens)
-        i["generated_tokens"].append(request.generated)
-        i["preemptions"].append(request.preemptions)
-        i["gpu"].append(request.gpu)
-        i["drop_reason"].append(DROP_REASONS.index(drop_reason))
+        self.float_rows.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s))
+        self.float_rows.extend(request.lost)
+        self.int_rows.extend((request.id, request.model, request.prompt_tokens, request.output_tokens, request.generated,
+                              request.preemptions, request.gpu, DROP_REASONS.index(drop_reason)))
+
+    def _columns(self, rows: array, names: tuple[str, ...], dtype) -> dict[str, np.ndarray]:
+        table = np.frombuffer(rows, dtype=dtype) if len(rows) else np.zeros(0, dtype)
+        table = table.reshape(-1, len(names))
+        return {name: table[:, k].copy() for k, name in enumerate(names)}
 
     def event(self, time_s: float, kind: str, gpu: int, model: str, request_id: int = -1, duration_s: float = 0.0, detail: str = "") -> None:
         self.events.append((time_s, kind, gpu, model, request_id, duration_s, detail))
@@ -55,8 +51,8 @@ class Recorder:
         self.samples.append(row)
 
     def requests_frame(self) -> pd.DataFrame:
-        data = {name: np.frombuffer(col, dtype=np.int64) if len(col) else np.zeros(0, np.int64) for name, col in self.ints.items()}
-        data.update({name: np.frombuffer(col, dtype=np.float64) if len(col) else np.zeros(0) for name, col in self.floats.items()})
+        data = self._columns(self.int_rows, self.INT_COLUMNS, np.int64)
+        data.update(self._columns(self.float_rows, self.FLOAT_COLUMNS, np.float64))
         frame = pd.DataFrame(data)
         frame["model"] = pd.Categorical.from_codes(frame["model"].to_numpy(), categories=self.model_names)
         frame["status"] = np.where(frame["drop_reason"].to_numpy() == 0, "completed", "dropped")

@@ -30,6 +30,7 @@ def load(engine, model: int, gpu, gpu_share: float = 1.0) -> Instance | None:
     instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config)
     gpu.instances.append(instance)
     engine.instances.append(instance)
+    engine.instances_by_model[model].append(instance)
     node = engine.nodes[gpu.node]
     from_host = model in node.host_weights
     seconds = costs.reload_s(gpu_share, from_host)
@@ -93,6 +94,7 @@ def _drain(engine, instance: Instance, mode: str, keep_on_host: bool):
         engine.nodes[gpu.node].cache_weights(instance.model, instance.costs.weight_bytes())
     gpu.instances.remove(instance)
     engine.instances.remove(instance)
+    engine.instances_by_model[instance.model].remove(instance)
     instance.status = "gone"
     gpu.kick()
     engine.policy.on_unloaded(instance, engine.view)

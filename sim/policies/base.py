@@ -50,8 +50,8 @@ class Policy:
     def route(self, request, view):
         """The instance that should queue ``request`` now, or None to leave it pending for its model."""
         candidates = view.instances_of(request.model)
-        if not candidates:
-            return None
+        if len(candidates) <= 1:
+            return candidates[0] if candidates else None
         return min(candidates, key=lambda instance: (instance.num_requests, instance.uid))
 
     def on_arrival(self, request, view) -> None:

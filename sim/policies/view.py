@@ -38,7 +38,7 @@ class ClusterView:
 
     def instances_of(self, model: int, ready_only: bool = False) -> list:
         wanted = ("ready",) if ready_only else ("ready", "loading")
-        return [i for i in self._engine.instances if i.model == model and i.status in wanted]
+        return [i for i in self._engine.instances_by_model[model] if i.status in wanted]
 
     def placement(self, model: int) -> dict:
         """The scenario's placement hints for a model: ``gpus``, ``replicas``, ``gpu_share``, ``demand`` (mix share)."""
