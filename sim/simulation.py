@@ -15,6 +15,7 @@ from simpy.core import URGENT
 from sim.catalogue import get_model
 from sim.costs import ModelCosts
 from sim.engine.engine import Engine, EngineConfig
+from sim.engine.events import scheduled_event
 from sim.engine.gpu import Gpu
 from sim.engine.request import Request
 from sim.engine.transfers import Node
@@ -24,6 +25,7 @@ from sim.policies.registry import make_policy
 from sim.results import summarize
 from sim.scenario import Scenario
 from sim.workload.chunk import RequestChunk
+from sim.workload.lengths import mix_weights
 
 GIB = 2**30
 
@@ -81,15 +83,12 @@ def _arrivals(env: simpy.Environment, engine: Engine, chunks: Iterable[RequestCh
         for i in range(n):
             delay = arrival[i] - env.now
             if delay > 0:
-                event = simpy.Event(env)
-                event._ok, event._value = True, None
-                env.schedule(event, URGENT, delay)
-                yield event
+                yield scheduled_event(env, delay, URGENT)
             model = index.get(models[i], -1)
             request = Request(chunk.first_id + i, max(model, 0), arrival[i], int(prompts[i]), int(outputs[i]),
                               int(predicted[i]), int(priority[i]))
             if model < 0:
-                engine.recorder.request(request, "model_not_served")
+                engine.drop(request, "model_not_served")
             else:
                 engine.arrive(request)
         seen += n
@@ -167,7 +166,7 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     env.process(_sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario)))
     _run(env, engine)
     for request in _leftovers(engine):
-        engine.recorder.request(request, "not_scheduled")
+        engine.drop(request, "not_scheduled")
     wall_s = time.perf_counter() - started
     requests = engine.recorder.requests_frame()
     summary = summarize(requests, scenario, engine, profile, policy_name, seed, mode, wall_s)
@@ -184,11 +183,12 @@ def _run(env: simpy.Environment, engine: Engine) -> None:
 
 
 def _mix_shares(scenario: Scenario) -> dict[str, float]:
-    generator = getattr(scenario.workload, "generator", None)
-    mix = getattr(generator, "mix", None)
-    if isinstance(mix, dict):
-        return {k: float(v) for k, v in mix.items()}
-    return {}
+    """Each model's expected share of the requests (explicit or Zipf mix); empty for traces."""
+    generator = scenario.workload.generator
+    if generator is None:
+        return {}
+    names, shares = mix_weights(generator.mix)
+    return dict(zip(names, shares.tolist()))
 
 
 def _default_interval(scenario: Scenario) -> float:

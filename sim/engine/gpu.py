@@ -10,8 +10,8 @@ when something that could change the batch happens (an arrival, a load).
 from __future__ import annotations
 
 import simpy
-from simpy.core import NORMAL
 
+from sim.engine.events import scheduled_event
 from sim.engine.instance import Instance, Step
 
 
@@ -103,18 +103,11 @@ class Gpu:
         step.iterations = 1
         self._reschedule_end(step.start_s + step.elapsed_s(1) - self.env.now)
 
-    def _scheduled_end(self, delay: float) -> simpy.Event:
-        """An event that fires ``delay`` seconds from now: the end of the step now running."""
-        event = simpy.Event(self.env)
-        event._ok, event._value = True, None
-        self.env.schedule(event, NORMAL, max(delay, 0.0))
-        return event
-
     def _reschedule_end(self, delay: float) -> None:
         """Move the end of the running step earlier: whoever waits for it (the loop, a drain) now
         waits for a new event, and the old one fires later with nobody listening."""
         old = self._window_end
-        self._window_end = self._scheduled_end(delay)
+        self._window_end = scheduled_event(self.env, delay)
         self._window_end.callbacks, old.callbacks = old.callbacks, []
 
     def _next_instance(self) -> Instance | None:
@@ -144,7 +137,7 @@ class Gpu:
                 continue
             step.start_s = env.now
             self.current = step
-            self._window_end = self._scheduled_end(step.elapsed_s(step.iterations))
+            self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))
             yield self._window_end
             self.current = None
             now = env.now
