@@ -49,7 +49,8 @@ def _rates(requests: pd.DataFrame, met: pd.Series) -> dict:
     }
 
 
-def summarize(requests: pd.DataFrame, scenario, engine, profile, policy: str, seed: int, mode: str, wall_s: float) -> dict:
+def summarize(requests: pd.DataFrame, timeseries: pd.DataFrame, scenario, engine, profile, policy: str, seed: int,
+              mode: str, wall_s: float) -> dict:
     met = slo_met(requests, scenario)
     completed = requests["status"].eq("completed")
     summary = {
@@ -69,7 +70,7 @@ def summarize(requests: pd.DataFrame, scenario, engine, profile, policy: str, se
         "gpu_busy_share": _busy_share(engine),
         "loads": sum(1 for e in engine.recorder.events if e[1] == "load"),
         "unloads": sum(1 for e in engine.recorder.events if e[1] == "unload"),
-        "mean_resident_models_per_gpu": _mean_resident(engine),
+        "mean_resident_models_per_gpu": _mean_resident(timeseries, engine),
         "per_model": _per_model(requests, met, scenario),
         "provenance": profile.provenance(),
     }
@@ -83,13 +84,13 @@ def _busy_share(engine) -> float:
     return float(np.mean([min(1.0, g.busy_s / now) for g in engine.gpus]))
 
 
-def _mean_resident(engine) -> float:
-    samples = [row for row in engine.recorder.samples if row[1] >= 0 and row[2]]
-    if not samples:
+def _mean_resident(timeseries: pd.DataFrame, engine) -> float:
+    """Models resident per GPU, averaged over the samples (a GPU with none counts as 0)."""
+    rows = timeseries[(timeseries["gpu"] >= 0) & (timeseries["model"] != "")]
+    if rows.empty:
         return float(np.mean([len(g.instances) for g in engine.gpus]))
-    frame = pd.DataFrame(samples, columns=["t", "gpu", "model"] + [f"c{i}" for i in range(5)])
-    return float(frame.groupby(["t", "gpu"]).size().reindex(
-        pd.MultiIndex.from_product([frame["t"].unique(), [g.index for g in engine.gpus]]), fill_value=0).mean())
+    every = pd.MultiIndex.from_product([rows["time_s"].unique(), [g.index for g in engine.gpus]])
+    return float(rows.groupby(["time_s", "gpu"]).size().reindex(every, fill_value=0).mean())
 
 
 def _per_model(requests: pd.DataFrame, met: pd.Series, scenario) -> dict:

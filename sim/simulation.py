@@ -168,9 +168,9 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     for request in _leftovers(engine):
         engine.drop(request, "not_scheduled")
     wall_s = time.perf_counter() - started
-    requests = engine.recorder.requests_frame()
-    summary = summarize(requests, scenario, engine, profile, policy_name, seed, mode, wall_s)
-    return RunResult(requests, engine.recorder.events_frame(), engine.recorder.timeseries_frame(), summary)
+    requests, timeseries = engine.recorder.requests_frame(), engine.recorder.timeseries_frame()
+    summary = summarize(requests, timeseries, scenario, engine, profile, policy_name, seed, mode, wall_s)
+    return RunResult(requests, engine.recorder.events_frame(), timeseries, summary)
 
 
 def _run(env: simpy.Environment, engine: Engine) -> None:
