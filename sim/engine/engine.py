@@ -58,7 +58,6 @@ class Engine:
         self.recorder = Recorder(model_names)
         self.placement: dict[int, dict] = {}
         self.outstanding = 0
-        self.finished = 0
         self.arrivals_done = False
         self.all_done = env.event()
         self._next_uid = 0
@@ -266,7 +265,6 @@ class Engine:
         request.state = "finished"
         self.recorder.request(request)
         self.outstanding -= 1
-        self.finished += 1
         self.policy.on_finish(request, instance, self.view)
         self._check_done()
 

@@ -33,9 +33,6 @@ class Gpu:
         self.blocked: set[Instance] = set()
 
     # -- memory ------------------------------------------------------------------------------------
-    def weight_bytes(self) -> int:
-        return sum(instance.weight_bytes for instance in self.instances)
-
     def used_bytes(self) -> int:
         if len(self.instances) == 1:  # the common case, on the hot path of every step
             only = self.instances[0]
@@ -52,12 +49,6 @@ class Gpu:
             return 0
         instance = step.instance
         return instance.phases.new_blocks(instance.iteration, step.iterations) * instance.block_bytes
-
-    def resident(self, model: int) -> Instance | None:
-        for instance in self.instances:
-            if instance.model == model and instance.status in ("ready", "loading"):
-                return instance
-        return None
 
     @property
     def current_done(self) -> simpy.Event:

@@ -130,10 +130,6 @@ class Instance:
         """Free blocks left after this step's decodes have taken theirs."""
         return self.free_blocks() - self.decode_blocks_needed()
 
-    def max_blocks(self) -> int:
-        """Blocks this instance could hold if it had the GPU's free memory to itself."""
-        return int((self.gpu.capacity_bytes - self.gpu.weight_bytes()) // self.block_bytes)
-
     def generated(self, request: Request) -> int:
         if request.state == "running":
             return request.gen_at_join + self.iteration - request.join_iter
