@@ -3,7 +3,12 @@
 A 16-GPU (2 nodes x 8 H100), 8-model scenario under the ``static`` policy with
 continuous batching and KV-pressure preemption. Prints simulated requests per
 wall-second for both modes on the same requests, their ratio, and peak RSS.
-Each mode runs in its own process so that peak RSS is that mode's own.
+Each mode runs in its own process, pinned to one CPU core, so that peak RSS
+is that mode's own and the speed is one core's.
+
+The figures depend on the engine build: ``pip install .`` compiles the engine
+with mypyc, ``pip install -e .`` (or ``MMSIM_PURE_PYTHON=1``) leaves it pure
+Python. The script says which one it measured.
 
     python benchmarks/sim_speed.py [--requests 100000] [--exact-requests 20000]
 """
@@ -13,9 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import resource
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core: no BLAS threads spinning beside the run
+
+import numpy as np  # noqa: E402 - after the thread setting, which numpy reads on import
 
 MODELS = ["qwen2.5-3b", "qwen2.5-7b", "qwen3-8b", "llama-3-8b", "mistral-7b", "llama-2-7b", "qwen2.5-14b", "llama-2-13b"]
 
@@ -56,6 +64,8 @@ def chunks(n: int, rate_per_s: float, seed: int = 0, chunk_rows: int = 65536):
 def measure(mode: str, n: int, rate: float, queue) -> None:
     from sim.simulation import simulate
 
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
     result = simulate(scenario(rate), mode=mode, chunks=chunks(n, rate))
     s = result.summary
     queue.put({"mode": mode, "requests": n, "wall_s": s["sim_wall_seconds"],
@@ -63,6 +73,12 @@ def measure(mode: str, n: int, rate: float, queue) -> None:
                "preemptions": s["preemptions"], "completed": s["requests_completed"],
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "finish": result.requests["finish_s"].to_numpy()[: min(n, 20000)].tolist()})
+
+
+def engine_build() -> str:
+    from sim.engine import build
+
+    return build()
 
 
 def run(mode: str, n: int, rate: float) -> dict:
@@ -92,11 +108,13 @@ def main() -> None:
         "exact": {k: v for k, v in exact.items() if k != "finish"},
         "speedup_fast_over_exact": exact["wall_s"] / fast_small["wall_s"],
         "fast_equals_exact": bool(same),
+        "engine_build": engine_build(),
     }
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"scenario: 16 GPUs (2x8 H100 estimate), 8 models, Poisson {args.rate}/s, static policy")
+    print(f"scenario: 16 GPUs (2x8 H100 estimate), 8 models, Poisson {args.rate}/s, static policy; "
+          f"engine: {engine_build()}, one core")
     for label, row in (("fast", fast), ("fast (prefix)", fast_small), ("exact (prefix)", exact)):
         print(f"{label:>15}: {row['requests']:>9,} requests in {row['wall_s']:7.2f} s wall = "
               f"{row['requests_per_wall_s']:>9,.0f} req/s; peak RSS {row['peak_rss_mb']:,.0f} MB; "

@@ -23,6 +23,7 @@ from sim.engine.kv import blocks_for
 from sim.engine.recorder import Recorder
 from sim.engine.request import Request
 from sim.engine.transfers import Node
+from sim.policies.base import HOT_HOOKS
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Engine:
         self.costs = costs
         self.config = config
         self.policy = policy
+        self._hooks: dict[str, bool] = {hook: hook in policy.overridden_hooks for hook in HOT_HOOKS}
         self.fast = fast
         self.pending: list[deque[Request]] = [deque() for _ in model_names]
         self.instances: list[Instance] = []
@@ -57,6 +59,7 @@ class Engine:
         self.instances_by_model: list[list[Instance]] = [[] for _ in model_names]
         self.recorder = Recorder(model_names)
         self.placement: dict[int, dict] = {}
+        self.slos: list = []  # the scenario's SLO per model, set by the run that builds the engine
         self.outstanding = 0
         self.arrivals_done = False
         self.all_done = env.event()
@@ -65,7 +68,7 @@ class Engine:
         from sim.policies.view import ClusterView  # the view wraps the engine; imported late to avoid a cycle
         self.view = ClusterView(self)
         for gpu in gpus:
-            env.process(gpu.run(self))
+            gpu.start(self)
 
     # -- arrivals and routing ------------------------------------------------------------------------
     def _largest_kv_tokens(self, costs: ModelCosts) -> int:
@@ -79,12 +82,23 @@ class Engine:
             self.drop(request, "exceeds_kv_capacity")
             return
         self.outstanding += 1
-        instance = self.policy.route(request, self.view)
+        instance = self.policy.route(request, self.view) if self._hooks["route"] else self.least_loaded(request.model)
         if instance is not None:
             self.assign(request, instance)
         else:
             self.unplace(request)
-        self.policy.on_arrival(request, self.view)
+        if self._hooks["on_arrival"]:
+            self.policy.on_arrival(request, self.view)
+
+    def least_loaded(self, model: int) -> Instance | None:
+        """The default route: the ready or loading instance of ``model`` holding the fewest requests."""
+        best: Instance | None = None
+        for instance in self.instances_by_model[model]:
+            if instance.status != "ready" and instance.status != "loading":
+                continue
+            if best is None or (instance.num_requests, instance.uid) < (best.num_requests, best.uid):
+                best = instance
+        return best
 
     def unplace(self, request: Request) -> None:
         """Put ``request`` in its model's pending queue, for the policy to place later."""
@@ -265,13 +279,15 @@ class Engine:
         request.state = "finished"
         self.recorder.request(request)
         self.outstanding -= 1
-        self.policy.on_finish(request, instance, self.view)
-        self._check_done()
+        if self._hooks["on_finish"]:
+            self.policy.on_finish(request, instance, self.view)
+        self.check_done()
 
     def after_step(self, instance: Instance) -> None:
-        self.policy.on_step(instance, self.view)
+        if self._hooks["on_step"]:
+            self.policy.on_step(instance, self.view)
 
-    def _check_done(self) -> None:
+    def check_done(self) -> None:
         if self.arrivals_done and self.outstanding == 0 and not self.all_done.triggered:
             self.all_done.succeed()
 

@@ -9,10 +9,15 @@ when something that could change the batch happens (an arrival, a load).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import simpy
 
 from sim.engine.events import scheduled_event
 from sim.engine.instance import Instance, Step
+
+if TYPE_CHECKING:
+    from sim.engine.engine import Engine
 
 
 class Gpu:
@@ -27,10 +32,11 @@ class Gpu:
         self.instances: list[Instance] = []
         self.busy_s = 0.0
         self.current: Step | None = None
-        self._wake: simpy.Event | None = None
-        self._window_end: simpy.Event | None = None
+        self.idle = True  # nothing to run: the next kick starts a step
+        self._window_end: simpy.Event = simpy.Event(env)
         self._turn = 0
         self.blocked: set[Instance] = set()
+        self._engine: Engine | None = None
 
     # -- memory ------------------------------------------------------------------------------------
     def used_bytes(self) -> int:
@@ -43,12 +49,16 @@ class Gpu:
         return self.capacity_bytes - self.used_bytes()
 
     def in_flight_bytes(self) -> int:
-        """KV the step now running will allocate when it ends (its decodes' new blocks)."""
+        """KV the iteration now running will allocate when it ends (its decodes' new blocks).
+
+        Only that iteration: a fast-forward window is cut at its end as soon as anything acts on what
+        it reads here, so counting the rest of the window would make fast and exact mode disagree.
+        Callers sync first, so that the window's counters stand at the iteration now running."""
         step = self.current
         if step is None or step.iterations < 1 or not step.batch:
             return 0
         instance = step.instance
-        return instance.phases.new_blocks(instance.iteration, step.iterations) * instance.block_bytes
+        return instance.phases.next_blocks(instance.iteration) * instance.block_bytes
 
     @property
     def current_done(self) -> simpy.Event:
@@ -62,17 +72,22 @@ class Gpu:
     def kick(self) -> None:
         """Something changed on this GPU: wake the loop, or end a fast-forward window early."""
         self.blocked.clear()
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        if self.idle:
+            # Woken by an event of its own, after whatever else happens at this instant (e.g. more arrivals).
+            self.idle = False
+            scheduled_event(self.env, 0.0).callbacks.append(self._wake_up)
         elif self.current is not None and self.current.iterations > 1:
             self.cut_window()
 
     def sync(self) -> None:
         """Make the running instance's counters reflect the iterations finished by now."""
+        self._sync_to(self.env.now)
+
+    def _sync_to(self, now: float) -> None:
         step = self.current
         if step is None or step.iterations <= 1 or step.prefills:
             return
-        done = step.iterations_done_by(self.env.now - step.start_s)
+        done = step.iterations_done_by(now - step.start_s)
         if done <= 0:
             return
         elapsed = step.elapsed_s(done)
@@ -81,18 +96,20 @@ class Gpu:
         step.iterations -= done
         step.context_tokens = step.instance.context_tokens
         step.transfer_s = 0.0
+        assert step.coefficients is not None  # a window of several iterations only decodes
         step.first_iteration_s = step.coefficients.step_s(step.context_tokens)
         step.instance.busy_s += elapsed
         self.busy_s += elapsed
 
     def cut_window(self) -> None:
         """End the current fast-forward window at the first iteration boundary from now."""
-        self.sync()
+        now = self.env.now
+        self._sync_to(now)
         step = self.current
         if step is None or step.iterations <= 1:
             return
         step.iterations = 1
-        self._reschedule_end(step.start_s + step.elapsed_s(1) - self.env.now)
+        self._reschedule_end(step.start_s + step.elapsed_s(1) - now)
 
     def _reschedule_end(self, delay: float) -> None:
         """Move the end of the running step earlier: whoever waits for it (the loop, a drain) now
@@ -111,31 +128,46 @@ class Gpu:
         self._turn = (self._turn + 1) % len(active)
         return active[self._turn]
 
-    def run(self, engine):
-        """The GPU's loop: pick an instance, run its step, apply it, repeat."""
-        env = self.env
+    def start(self, engine: Engine) -> None:
+        """Attach the GPU's loop to ``engine``; it idles until the first kick.
+
+        The loop (pick an instance, run its step, apply it when its time is up, repeat) is a chain of
+        event callbacks rather than a SimPy process: one callback per step instead of a generator
+        resumed through the process machinery, on the hottest path of a run."""
+        self._engine = engine
+
+    def _next_step(self, now: float) -> None:
+        engine = self._engine
+        assert engine is not None
         while True:
             instance = self._next_instance()
             if instance is None:
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                continue
-            step = instance.plan(engine, env.now, engine.fast)
-            if step is None:
-                # Blocked (e.g. no KV room while a co-resident instance holds it) until something changes.
-                self.blocked.add(instance)
-                continue
-            step.start_s = env.now
-            self.current = step
-            self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))
-            yield self._window_end
-            self.current = None
-            now = env.now
-            elapsed = now - step.start_s  # sync may have moved the start on
-            instance.busy_s += elapsed
-            self.busy_s += elapsed
-            instance.last_used_s = now
-            instance.complete(engine, step, step.iterations, now)
-            self.blocked.clear()
-            engine.after_step(instance)
+                self.idle = True
+                return
+            step = instance.plan(engine, now, engine.fast)
+            if step is not None:
+                break
+            # Blocked (e.g. no KV room while a co-resident instance holds it) until something changes.
+            self.blocked.add(instance)
+        step.start_s = now
+        self.current = step
+        self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))
+        self._window_end.callbacks.append(self._step_done)
+
+    def _step_done(self, _event: simpy.Event) -> None:
+        step, engine = self.current, self._engine
+        assert step is not None and engine is not None
+        self.current = None
+        instance = step.instance
+        now = self.env.now
+        elapsed = now - step.start_s  # sync may have moved the start on
+        instance.busy_s += elapsed
+        self.busy_s += elapsed
+        instance.last_used_s = now
+        instance.complete(engine, step, step.iterations, now)
+        self.blocked.clear()
+        engine.after_step(instance)
+        self._next_step(now)
+
+    def _wake_up(self, _event: simpy.Event) -> None:
+        self._next_step(self.env.now)

@@ -12,10 +12,15 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sim.costs import ModelCosts, StepCoefficients
 from sim.engine.kv import PhaseHistogram, blocks_for
 from sim.engine.request import Request
+
+if TYPE_CHECKING:  # imported for their types only: both modules import this one
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.engine.gpu import Gpu
 
 INF = float("inf")
 
@@ -41,6 +46,7 @@ class Step:
             return self.transfer_s if iterations == 0 else 0.0
         rest = 0.0
         if iterations > 1:
+            assert self.coefficients is not None  # more than one iteration: a decode window
             rest = self.coefficients.steps_s(self.context_tokens + self.batch, self.batch, iterations - 1)
         return self.transfer_s + self.first_iteration_s + rest
 
@@ -79,10 +85,21 @@ class Step:
         return 1 + int((math.sqrt(linear * linear + 4 * half * rest) - linear) / (2 * half))
 
 
+def remove_request(requests: list[Request], request: Request) -> None:
+    """``requests.remove(request)`` by identity: ``list.remove`` tries ``==`` on every request before it,
+    which for a full decode batch made this the dearest line of a step."""
+    for i in range(len(requests)):
+        if requests[i] is request:
+            del requests[i]
+            return
+    raise ValueError(f"{request!r} is not in the queue")
+
+
 class Instance:
     """One model resident (or loading, or draining) on one GPU."""
 
-    def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu, gpu_share: float, engine_config):
+    def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
+                 engine_config: EngineConfig):
         self.uid = uid
         self.model = model
         self.name = name
@@ -149,7 +166,7 @@ class Instance:
     def _leave_running(self, request: Request, popped: bool = False) -> None:
         request.generated = self.generated(request)
         tokens = request.prompt_tokens + request.generated
-        self.running.remove(request)
+        remove_request(self.running, request)
         self.context_tokens -= tokens
         self.phases.remove(tokens, self.iteration)
         if not popped:
@@ -165,7 +182,7 @@ class Instance:
         if state == "running":
             self._leave_running(request)
         elif state == "prefilling":
-            self.prefilling.remove(request)
+            remove_request(self.prefilling, request)
         elif state == "waiting":
             self.waiting.remove(request)
         elif state == "swapped":
@@ -187,7 +204,7 @@ class Instance:
     def decode_blocks_needed(self) -> int:
         return self.phases.next_blocks(self.iteration)
 
-    def plan(self, engine, now: float, fast: bool) -> Step | None:
+    def plan(self, engine: Engine, now: float, fast: bool) -> Step | None:
         """Form the next step at this iteration boundary, preempting when KV blocks run short."""
         # vLLM's order: running sequences get their blocks first (preempting if short), then swapped
         # ones come back, then waiting ones start; nothing new starts in a step that preempted.
@@ -239,7 +256,7 @@ class Instance:
         return max(1, self.phases.max_steps(self.iteration, self.free_blocks(), limit))
 
     # -- completion ------------------------------------------------------------------------------
-    def complete(self, engine, step: Step, iterations: int, now: float) -> None:
+    def complete(self, engine: Engine, step: Step, iterations: int, now: float) -> None:
         """Apply the first ``iterations`` iterations of ``step``, which ended at ``now``."""
         if iterations <= 0:
             return
@@ -251,11 +268,11 @@ class Instance:
             self._leave_running(request, popped=True)
             engine.finish(self, request, now)
 
-    def _finish_prefill_chunk(self, engine, request: Request, chunk: int, now: float) -> None:
+    def _finish_prefill_chunk(self, engine: Engine, request: Request, chunk: int, now: float) -> None:
         request.prefilled += chunk
         if request.prefilled < request.prefill_target:
             return
-        self.prefilling.remove(request)
+        remove_request(self.prefilling, request)
         if request.prefill_target > request.prompt_tokens:
             engine.charge_recompute(request, now)
         request.generated += 1

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.engine.instance import Instance
+
 LOSS_CAUSES = ("reload", "unload", "kv_out", "kv_in", "recompute", "waiting")
 """Why a preempted request was paused; each gets its own seconds column in the results."""
 
@@ -35,7 +40,7 @@ class Request:
         self.prefilled = 0
         self.prefill_target = prompt_tokens
         self.state = "pending"
-        self.instance = None
+        self.instance: Instance | None = None
         self.gpu = -1
         self.first_token_s = float("nan")
         self.finish_s = float("nan")

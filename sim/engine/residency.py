@@ -10,15 +10,23 @@ the unload and, when their model comes back, the reload.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Generator
+
+import simpy
 
 from sim.engine.instance import Instance
+from sim.engine.request import Request
+
+if TYPE_CHECKING:  # the engine imports this module
+    from sim.engine.engine import Engine
+    from sim.engine.gpu import Gpu
 
 
-def _paused(request) -> bool:
+def _paused(request: Request) -> bool:
     return not math.isnan(request.preempted_at_s)
 
 
-def load(engine, model: int, gpu, gpu_share: float = 1.0) -> Instance | None:
+def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
     """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory.
 
     The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk."""
@@ -42,7 +50,7 @@ def load(engine, model: int, gpu, gpu_share: float = 1.0) -> Instance | None:
     return instance
 
 
-def _finish_load(engine, instance: Instance, seconds: float):
+def _finish_load(engine: Engine, instance: Instance, seconds: float) -> Generator[simpy.Event, None, None]:
     yield engine.env.timeout(seconds)
     instance.status = "ready"
     instance.ready_at_s = engine.env.now
@@ -57,7 +65,7 @@ def _finish_load(engine, instance: Instance, seconds: float):
     instance.gpu.kick()
 
 
-def unload(engine, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
+def unload(engine: Engine, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
     """Start unloading ``instance``; its requests go back to their model's pending queue.
 
     With ``keep_on_host`` the weights stay cached in the node's RAM (if it has room), so the
@@ -69,7 +77,7 @@ def unload(engine, instance: Instance, mode: str = "swap", keep_on_host: bool = 
     return True
 
 
-def _drain(engine, instance: Instance, mode: str, keep_on_host: bool):
+def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool) -> Generator[simpy.Event, None, None]:
     env, gpu = engine.env, instance.gpu
     gpu.cut_window()
     while gpu.current is not None and gpu.current.instance is instance:

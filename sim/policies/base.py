@@ -12,6 +12,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 
+HOT_HOOKS = ("route", "on_arrival", "on_step", "on_finish")
+"""Hooks called for every request or step; a policy that keeps the default costs nothing there."""
+
+
 class Policy:
     """Base class: FCFS queues, least-loaded routing, youngest-first recompute preemption.
 
@@ -27,8 +31,11 @@ class Policy:
         # The engine may skip waking a busy GPU for an arrival queued behind blocked FCFS
         # requests; a policy that reorders the waiting queue must always be woken.
         cls.reorders_waiting = cls.order_waiting is not Policy.order_waiting
+        # The engine skips calling hooks left at their defaults (a call per request or step otherwise).
+        cls.overridden_hooks = frozenset(hook for hook in HOT_HOOKS if getattr(cls, hook) is not getattr(Policy, hook))
 
     reorders_waiting: ClassVar[bool] = False
+    overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **params):
         unknown = set(params) - set(self.param_defaults())
@@ -48,11 +55,10 @@ class Policy:
         """Initial residency at time 0 (default: nothing loaded)."""
 
     def route(self, request, view):
-        """The instance that should queue ``request`` now, or None to leave it pending for its model."""
-        candidates = view.instances_of(request.model)
-        if len(candidates) <= 1:
-            return candidates[0] if candidates else None
-        return min(candidates, key=lambda instance: (instance.num_requests, instance.uid))
+        """The instance that should queue ``request`` now, or None to leave it pending for its model.
+
+        Default: the ready or loading instance of its model holding the fewest requests."""
+        return view.least_loaded(request.model)
 
     def on_arrival(self, request, view) -> None:
         """After routing: a chance to change residency (load, unload)."""

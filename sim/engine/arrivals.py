@@ -1,0 +1,119 @@
+"""The workload's requests entering the engine at their arrival times.
+
+Arrivals are not SimPy events: :func:`run` merges the (time-sorted) request
+stream into SimPy's event queue, so that a request costs no event of its own.
+At an instant that has both, the arrivals come first, as URGENT events that
+were scheduled earlier would: an iteration ending at the same instant already
+sees them (the rule fast-forward and per-iteration modes share).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import simpy
+from simpy.core import EmptySchedule, StopSimulation
+
+from sim.engine.engine import Engine
+from sim.engine.request import Request
+
+INF = math.inf
+
+
+class ArrivalStream:
+    """The workload's requests, chunk by chunk, with the time of the next one always at hand.
+
+    ``error_cv`` > 0 gives each request a predicted output length off by lognormal noise, for
+    policies that schedule on predicted lengths."""
+
+    def __init__(self, engine: Engine, chunks: Iterable, error_cv: float, rng: np.random.Generator,
+                 on_progress: Callable[[int], None] | None):
+        self.engine = engine
+        self.error_cv = error_cv
+        self.rng = rng
+        self.on_progress = on_progress
+        self.next_time = INF
+        self.seen = 0
+        self._chunks: Iterator = iter(chunks)
+        self._arrival: list[float] = []
+        self._model: list[int] = []
+        self._prompt: list[int] = []
+        self._output: list[int] = []
+        self._predicted: list[int] = []
+        self._priority: list[int] = []
+        self._first_id = 0
+        self._next = 0
+        self._load_chunk()
+
+    def _load_chunk(self) -> None:
+        """Move on to the next non-empty chunk; with none left, the engine is told arrivals are done."""
+        for chunk in self._chunks:
+            n = len(chunk)
+            if n == 0:
+                continue
+            index = self.engine.model_index
+            self._arrival = chunk.arrival_s.astype(np.float64).tolist()
+            self._model = [index.get(name, -1) for name in chunk.model.tolist()]
+            self._prompt = chunk.prompt_tokens.astype(np.int64).tolist()
+            self._output = chunk.output_tokens.astype(np.int64).tolist()
+            self._predicted = self._predict(chunk.output_tokens, n).tolist()
+            priority = chunk.priority if chunk.priority is not None else np.zeros(n, np.int64)
+            self._priority = np.asarray(priority, np.int64).tolist()
+            self._first_id = int(chunk.first_id)
+            self._next = 0
+            self.next_time = self._arrival[0]
+            return
+        self.next_time = INF
+        self.engine.arrivals_done = True
+        self.engine.check_done()
+
+    def _predict(self, output_tokens: np.ndarray, n: int) -> np.ndarray:
+        if self.error_cv <= 0:
+            return np.asarray(output_tokens, np.int64)
+        sigma = np.sqrt(np.log1p(self.error_cv**2))
+        noise = self.rng.lognormal(-sigma**2 / 2, sigma, n)
+        return np.maximum(1, np.rint(output_tokens * noise)).astype(np.int64)
+
+    def release(self) -> None:
+        """Hand the engine every request arriving at ``next_time`` (the simulation's now)."""
+        engine, now = self.engine, self.next_time
+        while self.next_time == now:
+            i = self._next
+            model = self._model[i]
+            request = Request(self._first_id + i, max(model, 0), self._arrival[i], self._prompt[i], self._output[i],
+                              self._predicted[i], self._priority[i])
+            if model < 0:
+                engine.drop(request, "model_not_served")
+            else:
+                engine.arrive(request)
+            self._next = i + 1
+            if self._next < len(self._arrival):
+                self.next_time = self._arrival[self._next]
+            else:
+                self.seen += len(self._arrival)
+                if self.on_progress is not None:
+                    self.on_progress(self.seen)
+                self._load_chunk()
+
+
+def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None:
+    """Process SimPy's events and the arrivals in time order until every request is done, or until
+    nothing is left that could make progress.
+
+    This is ``Environment.run(until=engine.all_done)`` with the arrival stream merged in; moving
+    the clock to an arrival sets SimPy's ``_now``, the one private attribute relied on."""
+    queue = env._queue
+    engine.all_done.callbacks.append(StopSimulation.callback)
+    try:
+        while True:
+            if arrivals.next_time <= (queue[0][0] if queue else INF):
+                if arrivals.next_time == INF:
+                    return
+                env._now = arrivals.next_time
+                arrivals.release()
+            else:
+                env.step()
+    except (StopSimulation, EmptySchedule):
+        return

@@ -1,0 +1,91 @@
+"""The mypyc-compiled engine (what ``pip install .`` ships) gives the pure-Python engine's results, bit for bit.
+
+The engine is compiled from a copy of this checkout into a temporary folder, then the
+same runs are made with each build (the compiled one in a subprocess) and compared
+column by column. The runs cover every built-in policy and the mechanisms they use:
+KV swap and recompute, loads and unloads, a host-RAM weight cache, partial offload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sim.scenario import load_scenario
+from sim.simulation import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+# (scenario, policy, params, seconds of workload): short runs, but each makes its policy act.
+POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
+RUNS = [("mixed.yaml", name, None, 240.0) for name in POLICIES] + [
+    ("mixed.yaml", "swap-aware", {"keep_weights_on_host": True}, 240.0),
+    ("offload.yaml", "offload-aware", None, 120.0),
+    ("paper-preemption.yaml", None, None, None),
+]
+COLUMNS = ["id", "status", "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "gpu",
+           "lost_reload_s", "lost_kv_out_s", "lost_recompute_s", "lost_waiting_s"]
+
+RUNNER = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    import sim.engine.gpu
+    assert sim.engine.gpu.__file__.endswith(".so"), sim.engine.gpu.__file__
+    sys.path.insert(0, sys.argv[1])
+    from test_compiled import run_all
+    run_all(Path(sys.argv[2]))
+""")
+
+
+def _scenario(name: str, duration_s: float | None):
+    scenario = load_scenario(ROOT / "scenarios" / name)
+    if duration_s is not None and scenario.workload.generator is not None:
+        generator = scenario.workload.generator.model_copy(update={"duration_s": duration_s})
+        scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"generator": generator})})
+    return scenario
+
+
+def run_all(out: Path) -> None:
+    """Make every run in RUNS and write its requests (Parquet) and event counts (JSON) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    for k, (scenario, policy, params, duration_s) in enumerate(RUNS):
+        result = simulate(_scenario(scenario, duration_s), base_dir=ROOT / "scenarios", policy=policy, params=params)
+        result.requests[COLUMNS].to_parquet(out / f"{k}.parquet")
+        (out / f"{k}.json").write_text(json.dumps(result.events["kind"].value_counts().sort_index().to_dict()))
+
+
+@pytest.fixture(scope="module")
+def compiled_copy(tmp_path_factory) -> Path:
+    pytest.importorskip("mypyc", reason="mypy (with mypyc) is in the test extra")
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    build = tmp_path_factory.mktemp("compiled")
+    shutil.copy(ROOT / "setup.py", build)
+    shutil.copy(ROOT / "pyproject.toml", build)
+    shutil.copytree(ROOT / "sim", build / "sim", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    env = {k: v for k, v in os.environ.items() if k != "MMSIM_PURE_PYTHON"}
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=build, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and list((build / "sim" / "engine").glob("gpu*.so")), done.stderr[-3000:]
+    return build
+
+
+def test_compiled_engine_gives_identical_results(compiled_copy, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(compiled_copy)}
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(Path(__file__).parent), str(tmp_path / "compiled")],
+                          cwd=compiled_copy, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_all(tmp_path / "pure")
+    for k, run in enumerate(RUNS):
+        pure = pd.read_parquet(tmp_path / "pure" / f"{k}.parquet")
+        compiled = pd.read_parquet(tmp_path / "compiled" / f"{k}.parquet")
+        pd.testing.assert_frame_equal(pure, compiled, check_exact=True, obj=f"run {run}")
+        assert json.loads((tmp_path / "pure" / f"{k}.json").read_text()) == \
+            json.loads((tmp_path / "compiled" / f"{k}.json").read_text()), run
