@@ -29,6 +29,7 @@ COMPILED_MODULES = [
     "sim/engine/recorder.py",
     "sim/engine/request.py",
     "sim/engine/residency.py",
+    "sim/engine/step.py",
     "sim/engine/transfers.py",
 ]
 BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "install"}

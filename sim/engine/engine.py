@@ -51,7 +51,8 @@ class Engine:
         self.costs = costs
         self.config = config
         self.policy = policy
-        self._hooks: dict[str, bool] = {hook: hook in policy.overridden_hooks for hook in HOT_HOOKS}
+        # Which per-request hooks the policy overrides; the others are not called at all.
+        self.hooks: dict[str, bool] = {hook: hook in policy.overridden_hooks for hook in HOT_HOOKS}
         self.fast = fast
         self.pending: list[deque[Request]] = [deque() for _ in model_names]
         self.instances: list[Instance] = []
@@ -82,12 +83,12 @@ class Engine:
             self.drop(request, "exceeds_kv_capacity")
             return
         self.outstanding += 1
-        instance = self.policy.route(request, self.view) if self._hooks["route"] else self.least_loaded(request.model)
+        instance = self.policy.route(request, self.view) if self.hooks["route"] else self.least_loaded(request.model)
         if instance is not None:
             self.assign(request, instance)
         else:
             self.unplace(request)
-        if self._hooks["on_arrival"]:
+        if self.hooks["on_arrival"]:
             self.policy.on_arrival(request, self.view)
 
     def least_loaded(self, model: int) -> Instance | None:
@@ -279,12 +280,12 @@ class Engine:
         request.state = "finished"
         self.recorder.request(request)
         self.outstanding -= 1
-        if self._hooks["on_finish"]:
+        if self.hooks["on_finish"]:
             self.policy.on_finish(request, instance, self.view)
         self.check_done()
 
     def after_step(self, instance: Instance) -> None:
-        if self._hooks["on_step"]:
+        if self.hooks["on_step"]:
             self.policy.on_step(instance, self.view)
 
     def check_done(self) -> None:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import simpy
 
 from sim.engine.events import scheduled_event
-from sim.engine.instance import Instance, Step
+from sim.engine.instance import Instance
+from sim.engine.step import Step
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -55,7 +56,7 @@ class Gpu:
         it reads here, so counting the rest of the window would make fast and exact mode disagree.
         Callers sync first, so that the window's counters stand at the iteration now running."""
         step = self.current
-        if step is None or step.iterations < 1 or not step.batch:
+        if step is None or step.iterations < 1:
             return 0
         instance = step.instance
         return instance.phases.next_blocks(instance.iteration) * instance.block_bytes
@@ -85,20 +86,21 @@ class Gpu:
 
     def _sync_to(self, now: float) -> None:
         step = self.current
-        if step is None or step.iterations <= 1 or step.prefills:
+        if step is None or step.iterations <= 1:
             return
         done = step.iterations_done_by(now - step.start_s)
         if done <= 0:
             return
         elapsed = step.elapsed_s(done)
-        step.instance.advance(done)
-        step.start_s += elapsed
-        step.iterations -= done
-        step.context_tokens = step.instance.context_tokens
-        step.transfer_s = 0.0
-        assert step.coefficients is not None  # a window of several iterations only decodes
-        step.first_iteration_s = step.coefficients.step_s(step.context_tokens)
-        step.instance.busy_s += elapsed
+        instance = step.instance
+        if step.prefills:
+            assert self._engine is not None
+            instance.end_first_iteration(self._engine, step, step.start_s + step.elapsed_s(1))
+            instance.advance(done - 1)
+        else:
+            instance.advance(done)
+        step.rebase(done, elapsed, instance.context_tokens)
+        instance.busy_s += elapsed
         self.busy_s += elapsed
 
     def cut_window(self) -> None:

@@ -9,80 +9,19 @@ boundary; :meth:`complete` applies it when its time has passed.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sim.costs import ModelCosts, StepCoefficients
 from sim.engine.kv import PhaseHistogram, blocks_for
 from sim.engine.request import Request
+from sim.engine.step import Step
 
 if TYPE_CHECKING:  # imported for their types only: both modules import this one
     from sim.engine.engine import Engine, EngineConfig
     from sim.engine.gpu import Gpu
 
 INF = float("inf")
-
-
-@dataclass(slots=True)
-class Step:
-    """What one GPU step does: ``iterations`` decode iterations (fast-forward when > 1),
-    optionally with prefill chunks, after ``transfer_s`` of KV swaps."""
-
-    instance: "Instance"
-    iterations: int
-    coefficients: StepCoefficients | None
-    batch: int
-    context_tokens: int
-    prefills: list[tuple[Request, int]] = field(default_factory=list)
-    first_iteration_s: float = 0.0
-    transfer_s: float = 0.0
-    start_s: float = 0.0
-
-    def elapsed_s(self, iterations: int) -> float:
-        """Seconds from the step's start to the end of its ``iterations``-th iteration."""
-        if iterations <= 0:
-            return self.transfer_s if iterations == 0 else 0.0
-        rest = 0.0
-        if iterations > 1:
-            assert self.coefficients is not None  # more than one iteration: a decode window
-            rest = self.coefficients.steps_s(self.context_tokens + self.batch, self.batch, iterations - 1)
-        return self.transfer_s + self.first_iteration_s + rest
-
-    def iterations_done_by(self, seconds: float) -> int:
-        """Whole iterations finished ``seconds`` after the start: the largest k with ``elapsed_s(k) <= seconds``.
-
-        ``elapsed_s`` never decreases with k, so a guess from the closed form's quadratic splits the range
-        exactly; when the guess is right (the usual case) two evaluations settle it, else a binary search does."""
-        low, high = 0, self.iterations
-        guess = min(max(self._guess_iterations(seconds), 0), high)
-        if self.elapsed_s(guess) <= seconds:
-            if guess == high or self.elapsed_s(guess + 1) > seconds:
-                return guess
-            low = guess + 1
-        else:
-            high = guess - 1
-        while low < high:
-            mid = (low + high + 1) // 2
-            if self.elapsed_s(mid) <= seconds:
-                low = mid
-            else:
-                high = mid - 1
-        return low
-
-    def _guess_iterations(self, seconds: float) -> int:
-        """Approximately solve ``elapsed_s(k) = seconds`` for k >= 1 (only a hint: rounding may be off by one)."""
-        rest = seconds - self.transfer_s - self.first_iteration_s
-        if rest < 0 or self.coefficients is None:
-            return 0
-        # elapsed_s(1 + m) - elapsed_s(1) = half * m^2 + (step - half) * m, the first of them at step seconds.
-        step = self.coefficients.step_s(self.context_tokens + self.batch)
-        half = self.coefficients.per_context_token_s * self.batch / 2
-        linear = step - half
-        if half <= 0:
-            return 1 + int(rest / step) if step > 0 else self.iterations
-        return 1 + int((math.sqrt(linear * linear + 4 * half * rest) - linear) / (2 * half))
 
 
 def remove_request(requests: list[Request], request: Request) -> None:
@@ -216,22 +155,24 @@ class Instance:
             transfer_s += engine.resume_swapped(self, now + transfer_s)
         prefills = engine.admit(self, now, admit_new=not preempted) if self.prefilling or self.waiting else []
         batch = len(self.running)
+        forward = fast and not preempted and engine.may_fast_forward(self)
         if prefills:
-            coefficients = self._decode_coefficients(batch)[1] if batch else None
             prefill_tokens = sum(chunk for _, chunk in prefills)
             prefill_context = sum(request.prefilled for request, _ in prefills)
             first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context,
                                                             self.gpu_share)
-        elif batch:
-            # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
-            unscaled, coefficients = self._decode_coefficients(batch)
-            first = self.slowdown * unscaled.step_s(self.context_tokens)
-        else:
+            decodes, after_batch, after_context = self._window_after_prefill(engine, prefills) if forward else (0, 0, 0)
+            if decodes == 0:
+                return Step(self, 1, None, batch, self.context_tokens + batch, prefills, first, transfer_s)
+            coefficients = self._decode_coefficients(after_batch)[1]
+            return Step(self, 1 + decodes, coefficients, after_batch, after_context, prefills, first, transfer_s)
+        if not batch:
             return None if transfer_s == 0 else self._transfer_only(transfer_s)
-        iterations = 1
-        if fast and not prefills and not preempted and engine.may_fast_forward(self):
-            iterations = self._window()
-        return Step(self, iterations, coefficients, batch, self.context_tokens, prefills, first, transfer_s)
+        # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
+        unscaled, coefficients = self._decode_coefficients(batch)
+        first = self.slowdown * unscaled.step_s(self.context_tokens)
+        iterations = self._window() if forward else 1
+        return Step(self, iterations, coefficients, batch, self.context_tokens + batch, [], first, transfer_s)
 
     def _decode_coefficients(self, batch: int) -> tuple[StepCoefficients, StepCoefficients]:
         """This instance's decode-step coefficients for ``batch`` sequences, as the cost model gives them and
@@ -255,14 +196,58 @@ class Instance:
         limit = self.finish_heap[0][0] - self.iteration
         return max(1, self.phases.max_steps(self.iteration, self.free_blocks(), limit))
 
+    def _window_after_prefill(self, engine: Engine, prefills: list[tuple[Request, int]]) -> tuple[int, int, int]:
+        """Decode iterations that can follow this step's prefill iteration in the same event, and the batch
+        size and context they start from; zeros when the batch could change at the boundary between.
+
+        That boundary changes nothing by itself when every chunk completes its prompt, nobody finishes
+        there, nothing else waits to start and the next decode's KV fits: it is then a boundary inside a
+        window like any other (an arrival or a load still cuts the window there)."""
+        if self.waiting or self.swapped or engine.hooks["on_step"]:
+            return 0, 0, 0
+        following = self.iteration + 1
+        if self.finish_heap and self.finish_heap[0][0] <= following:
+            return 0, 0, 0
+        limit = self.finish_heap[0][0] - following if self.finish_heap else 1 << 62
+        batch, context = len(self.running), self.context_tokens + len(self.running)
+        joining: list[int] = []
+        for request, chunk in prefills:
+            remaining = request.output_tokens - request.generated - 1
+            if request.prefilled + chunk < request.prefill_target or remaining <= 0:
+                return 0, 0, 0
+            limit = min(limit, remaining)
+            joining.append(request.prefill_target + 1)  # its tokens once the first one is out
+        free = self.free_blocks() - self.phases.next_blocks(self.iteration)
+        for tokens in joining:
+            self.phases.add(tokens, following)
+        steps = self.phases.max_steps(following, free, limit)
+        for tokens in joining:
+            self.phases.remove(tokens, following)
+        if steps < 1:
+            return 0, 0, 0
+        return steps, batch + len(joining), context + sum(joining)
+
     # -- completion ------------------------------------------------------------------------------
     def complete(self, engine: Engine, step: Step, iterations: int, now: float) -> None:
         """Apply the first ``iterations`` iterations of ``step``, which ended at ``now``."""
         if iterations <= 0:
             return
+        if step.prefills:
+            self.end_first_iteration(engine, step, now if iterations == 1 else step.start_s + step.elapsed_s(1))
+            iterations -= 1
         self.advance(iterations)
+        self._finish_due(engine, now)
+
+    def end_first_iteration(self, engine: Engine, step: Step, now: float) -> None:
+        """The first iteration of ``step``, holding prefill chunks, ended at ``now``: its decodes advance,
+        completed prefills emit their first token and join the batch; the step decodes from here on."""
+        self.advance(1)
         for request, chunk in step.prefills:
             self._finish_prefill_chunk(engine, request, chunk, now)
+        step.prefills = []
+        self._finish_due(engine, now)
+
+    def _finish_due(self, engine: Engine, now: float) -> None:
         while self.finish_heap and self.finish_heap[0][0] <= self.iteration:
             _, _, request = heapq.heappop(self.finish_heap)
             self._leave_running(request, popped=True)
