@@ -46,6 +46,18 @@ class StepCoefficients:
         return steps * first_s + self.per_context_token_s * batch * steps * (steps - 1) / 2
 
 
+class _PrefillLayer:
+    """A layer's prefill cost ``base + per_token * P + per_token_sq * (P^2 + 2PC)``, as plain floats."""
+
+    def __init__(self, cost: prof.LayerCost):
+        self.base_s: float = cost.prefill_base_s
+        self.per_token_s: float = cost.prefill_per_token_s
+        self.per_token_sq_s: float = cost.prefill_per_token_sq_s
+
+    def seconds(self, tokens: int, quadratic: int) -> float:
+        return self.base_s + self.per_token_s * tokens + self.per_token_sq_s * quadratic
+
+
 def estimate_layer_cost(spec: ModelSpec, dtype: str, bandwidth: float, flops: float, launch_s: float, note: str) -> prof.LayerCost:
     """Roofline per-layer cost: weights stream once per step, FLOPs scale with tokens."""
     weight_read_s = spec.layer_weight_bytes(dtype) / bandwidth
@@ -99,19 +111,26 @@ class ModelCosts:
         if self._curve is not None:
             order = np.argsort(self._curve[0])
             self._curve = (self._curve[0][order], self._curve[1][order])
-        self._coefficients: dict[tuple[int, int], StepCoefficients] = {}
+        self._coefficients: dict[int, StepCoefficients] = {}
+        # The figures every step reads, copied out of the profile's models once (native fields when compiled).
+        self._layers: int = spec.num_layers
+        self._kv_bytes_per_token: int = spec.kv_bytes_per_token()
+        self._gpu_prefill = _PrefillLayer(self.gpu)
+        self._cpu_prefill = _PrefillLayer(self.cpu)
 
     # -- sizes ---------------------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
-        return self.spec.num_layers
+        return self._layers
 
     def gpu_layers(self, gpu_share: float) -> int:
-        return int(round(gpu_share * self.spec.num_layers))
+        if gpu_share == 1.0:  # nearly every call
+            return self._layers
+        return int(round(gpu_share * self._layers))
 
     @property
     def kv_bytes_per_token(self) -> int:
-        return self.spec.kv_bytes_per_token()
+        return self._kv_bytes_per_token
 
     def weight_bytes(self) -> int:
         return self.spec.weight_bytes(self.dtype)
@@ -119,23 +138,23 @@ class ModelCosts:
     def gpu_weight_bytes(self, gpu_share: float = 1.0) -> int:
         """Weights resident on the GPU when ``gpu_share`` of the layers are there (embeddings and head stay on GPU)."""
         layers = self.spec.layer_weight_bytes(self.dtype) * self.gpu_layers(gpu_share)
-        rest = self.weight_bytes() - self.spec.layer_weight_bytes(self.dtype) * self.spec.num_layers
+        rest = self.weight_bytes() - self.spec.layer_weight_bytes(self.dtype) * self._layers
         return int(layers + (rest if gpu_share > 0 else 0))
 
     # -- compute -------------------------------------------------------------------------------
     def step_coefficients(self, batch: int, gpu_share: float = 1.0) -> StepCoefficients:
         """Decode step time for ``batch`` sequences as an affine function of total context."""
         n_gpu = self.gpu_layers(gpu_share)
-        key = (batch, n_gpu)
+        key = batch * (self._layers + 1) + n_gpu  # (batch, n_gpu) as one int: cheaper to hash than a tuple
         cached = self._coefficients.get(key)
         if cached is not None:
             return cached
-        n_cpu = self.spec.num_layers - n_gpu
+        n_cpu = self._layers - n_gpu
         if self._curve is not None:
-            factor = 1.0 / float(np.interp(n_gpu / self.spec.num_layers, *self._curve))
-            n_gpu, n_cpu, boundary = self.spec.num_layers, 0, 0.0
+            factor = 1.0 / float(np.interp(n_gpu / self._layers, *self._curve))
+            n_gpu, n_cpu, boundary = self._layers, 0, 0.0
         else:
-            factor, boundary = 1.0, (self.boundary_s if 0 < n_gpu < self.spec.num_layers else 0.0)
+            factor, boundary = 1.0, (self.boundary_s if 0 < n_gpu < self._layers else 0.0)
         g, c = self.gpu, self.cpu
         base = (n_gpu * (g.decode_base_s + g.decode_per_seq_s * batch)
                 + n_cpu * (c.decode_base_s + c.decode_per_seq_s * batch)
@@ -157,14 +176,11 @@ class ModelCosts:
     def prefill_s(self, tokens: int, gpu_share: float = 1.0, context_before: int = 0) -> float:
         """Forward pass over ``tokens`` new tokens that attend to ``context_before`` cached ones."""
         n_gpu = self.gpu_layers(gpu_share)
-        n_cpu = self.spec.num_layers - n_gpu
+        n_cpu = self._layers - n_gpu
         quadratic = tokens * tokens + 2 * tokens * context_before
-
-        def layer(cost: prof.LayerCost) -> float:
-            return cost.prefill_base_s + cost.prefill_per_token_s * tokens + cost.prefill_per_token_sq_s * quadratic
-
-        boundary = self.boundary_s if 0 < n_gpu < self.spec.num_layers else 0.0
-        return n_gpu * layer(self.gpu) + n_cpu * layer(self.cpu) + boundary + self._head_s(n_gpu > 0, 1)
+        boundary = self.boundary_s if 0 < n_gpu < self._layers else 0.0
+        return (n_gpu * self._gpu_prefill.seconds(tokens, quadratic) + n_cpu * self._cpu_prefill.seconds(tokens, quadratic)
+                + boundary + self._head_s(n_gpu > 0, 1))
 
     def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_context: int,
                      gpu_share: float = 1.0) -> float:
@@ -184,7 +200,7 @@ class ModelCosts:
             return 0.0
         fit: prof.TransferFit = getattr(self.profile.link, direction)
         override = self.entry.kv_transfer if self.entry else None
-        fixed = getattr(override, f"{direction}_s") if override else fit.latency_s + 2 * self.spec.num_layers * fit.per_copy_latency_s
+        fixed = getattr(override, f"{direction}_s") if override else fit.latency_s + 2 * self._layers * fit.per_copy_latency_s
         return fixed + tokens * self.kv_bytes_per_token / fit.bandwidth_bytes_per_s
 
     def reload_s(self, gpu_share: float = 1.0, from_host: bool = False) -> float:

@@ -74,6 +74,18 @@ def test_fast_forward_equals_per_iteration(variant):
     assert fast["status"].eq("completed").all()
 
 
+def test_reordering_policy_is_not_fast_forwarded_past_a_new_head():
+    # slo-aware reorders its queue by deadline at every boundary: with whole (unchunked) prompts over the token
+    # budget, another request reaches the head mid-window and starts (found by a fast==exact stress run).
+    models = ["qwen2.5-3b", "qwen3-8b", "mistral-7b"]
+    scenario = parse_scenario(scenario_dict(
+        policy={"name": "slo-aware"}, models=[{"name": m} for m in models],
+        cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 14},
+        engine={"max_num_seqs": 4, "chunked_prefill": False, "max_num_batched_tokens": 512}), "test")
+    fast = _compare_modes(scenario, lambda: random_chunks(105, models, 72.4, seed=1962, prompt_max=3000))
+    assert fast["status"].eq("completed").sum() > 20
+
+
 def test_kv_pressure_preempts_and_modes_agree():
     scenario = parse_scenario(scenario_dict(cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 20},
                                             engine={"max_num_seqs": 256}), "test")

@@ -171,7 +171,7 @@ class Instance:
         # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
         unscaled, coefficients = self._decode_coefficients(batch)
         first = self.slowdown * unscaled.step_s(self.context_tokens)
-        iterations = self._window() if forward else 1
+        iterations = self._window() if forward and self._nothing_can_start(engine, after_prefill=False) else 1
         return Step(self, iterations, coefficients, batch, self.context_tokens + batch, [], first, transfer_s)
 
     def _decode_coefficients(self, batch: int) -> tuple[StepCoefficients, StepCoefficients]:
@@ -201,9 +201,9 @@ class Instance:
         size and context they start from; zeros when the batch could change at the boundary between.
 
         That boundary changes nothing by itself when every chunk completes its prompt, nobody finishes
-        there, nothing else waits to start and the next decode's KV fits: it is then a boundary inside a
+        there, nothing else can start there and the next decode's KV fits: it is then a boundary inside a
         window like any other (an arrival or a load still cuts the window there)."""
-        if self.waiting or self.swapped or engine.hooks["on_step"]:
+        if engine.hooks["on_step"] or not self._nothing_can_start(engine, after_prefill=True):
             return 0, 0, 0
         following = self.iteration + 1
         if self.finish_heap and self.finish_heap[0][0] <= following:
@@ -226,6 +226,22 @@ class Instance:
         if steps < 1:
             return 0, 0, 0
         return steps, batch + len(joining), context + sum(joining)
+
+    def _nothing_can_start(self, engine: Engine, after_prefill: bool) -> bool:
+        """Whether no waiting or swapped request can start at a boundary before the next completion, so that
+        fast-forward may run to it (``after_prefill``: from the end of this step's prefill iteration).
+
+        A full batch stays full, and KV room only shrinks while a batch decodes. Between decode iterations
+        the token budget stays the same too, so an FCFS head that cannot start now cannot start later;
+        after a prefill iteration the budget is whole again, and only a head without KV room stays out.
+        A policy that reorders the queue may put another request at its head at any boundary."""
+        if not self.waiting or len(self.running) + len(self.prefilling) >= self.config.max_num_seqs:
+            return True  # swapped requests come back by KV room and batch size alone: they stay out too
+        if engine.policy.reorders_waiting:
+            return False
+        if not after_prefill:
+            return True
+        return blocks_for(self.waiting[0].prefill_target + 1, self.config.block_size) > self.spare_blocks()
 
     # -- completion ------------------------------------------------------------------------------
     def complete(self, engine: Engine, step: Step, iterations: int, now: float) -> None:

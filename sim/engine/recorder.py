@@ -16,6 +16,7 @@ import pandas as pd
 from sim.engine.request import LOSS_CAUSES, Request
 
 DROP_REASONS = ("", "model_not_served", "exceeds_kv_capacity", "not_scheduled")
+DROP_CODES = {reason: code for code, reason in enumerate(DROP_REASONS)}
 
 
 class Recorder:
@@ -34,10 +35,11 @@ class Recorder:
         self.samples: list[tuple] = []
 
     def request(self, request: Request, drop_reason: str = "") -> None:
-        self.float_rows.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s))
-        self.float_rows.extend(request.lost)
+        lost = request.lost  # one value per LOSS_CAUSES entry, written out: one extend instead of two
+        self.float_rows.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s,
+                                lost[0], lost[1], lost[2], lost[3], lost[4], lost[5]))
         self.int_rows.extend((request.id, request.model, request.prompt_tokens, request.output_tokens, request.generated,
-                              request.preemptions, request.gpu, DROP_REASONS.index(drop_reason)))
+                              request.preemptions, request.gpu, DROP_CODES[drop_reason]))
 
     def _columns(self, rows: array, names: tuple[str, ...], dtype) -> dict[str, np.ndarray]:
         table = np.frombuffer(rows, dtype=dtype) if len(rows) else np.zeros(0, dtype)
