@@ -41,10 +41,10 @@ def _say(message: str) -> None:
 
 
 def compiled_extensions() -> list:
+    if "editable_wheel" in sys.argv or not BUILD_COMMANDS & set(sys.argv):
+        return []
     if os.environ.get("MMSIM_PURE_PYTHON") == "1":
         _say("MMSIM_PURE_PYTHON=1: the engine stays pure Python")
-        return []
-    if "editable_wheel" in sys.argv or not BUILD_COMMANDS & set(sys.argv):
         return []
     try:
         from mypyc.build import mypycify
