@@ -23,12 +23,13 @@ from sim.scenario import load_scenario
 from sim.simulation import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
-# (scenario, policy, params, seconds of workload): short runs, but each makes its policy act.
+# (scenario, policy, params, seconds of workload, mode): short runs, but each makes its policy act.
 POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
-RUNS = [("mixed.yaml", name, None, 240.0) for name in POLICIES] + [
-    ("mixed.yaml", "swap-aware", {"keep_weights_on_host": True}, 240.0),
-    ("offload.yaml", "offload-aware", None, 120.0),
-    ("paper-preemption.yaml", None, None, None),
+RUNS = [("mixed.yaml", name, None, 240.0, "fast") for name in POLICIES] + [
+    ("mixed.yaml", "swap-aware", {"keep_weights_on_host": True}, 240.0, "fast"),
+    ("mixed.yaml", "swap-aware", None, 120.0, "exact"),
+    ("offload.yaml", "offload-aware", None, 120.0, "fast"),
+    ("paper-preemption.yaml", None, None, None, "fast"),
 ]
 COLUMNS = ["id", "status", "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "gpu",
            "lost_reload_s", "lost_kv_out_s", "lost_recompute_s", "lost_waiting_s"]
@@ -55,8 +56,9 @@ def _scenario(name: str, duration_s: float | None):
 def run_all(out: Path) -> None:
     """Make every run in RUNS and write its requests (Parquet) and event counts (JSON) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    for k, (scenario, policy, params, duration_s) in enumerate(RUNS):
-        result = simulate(_scenario(scenario, duration_s), base_dir=ROOT / "scenarios", policy=policy, params=params)
+    for k, (scenario, policy, params, duration_s, mode) in enumerate(RUNS):
+        result = simulate(_scenario(scenario, duration_s), base_dir=ROOT / "scenarios", policy=policy, params=params,
+                          mode=mode)
         result.requests[COLUMNS].to_parquet(out / f"{k}.parquet")
         (out / f"{k}.json").write_text(json.dumps(result.events["kind"].value_counts().sort_index().to_dict()))
 
