@@ -119,3 +119,18 @@ def test_a_request_preempted_k_times_carries_k_recorded_pauses(mode):
     assert len(pauses) == len(times) == row["preemptions"]
     assert set(pauses["kind"]) == {f"preempt_{mode}"}
     assert row["status"] == "completed"
+
+
+class PreemptWaiting(PreemptAt):
+    """Test policy: asks to preempt a request that has arrived but not yet started."""
+
+    name = "preempt-waiting"
+
+    def preempt(self, view) -> None:
+        instance = view.instances_of(0)[0]
+        view.preempt(instance, instance.waiting[0], self.mode)
+
+
+def test_preempting_a_request_that_is_not_decoding_is_refused():
+    with pytest.raises(ValueError, match="only a request decoding on this instance can be preempted"):
+        run_with(PreemptWaiting(times_s=(10.0,)), "qwen2.5-3b")  # the request arrives at 10 s and waits a step

@@ -88,6 +88,8 @@ class ClusterView:
     def preempt(self, instance, request, mode: str) -> None:
         """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
         instance.gpu.sync()
+        if request.state != "running" or request.instance is not instance:
+            raise ValueError(f"only a request decoding on this instance can be preempted; {request!r} is not")
         self._engine.preempt(instance, request, mode, self.now)
         instance.gpu.kick()
 
