@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim.engine import build as engine_build
 from sim.engine.request import LOSS_CAUSES
 
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
@@ -67,6 +68,7 @@ def summarize(requests: pd.DataFrame, timeseries: pd.DataFrame, scenario, engine
         "simulated_seconds": float(engine.env.now),
         "sim_wall_seconds": wall_s,
         "requests_per_wall_second": len(requests) / wall_s if wall_s > 0 else None,
+        "engine_build": engine_build(),  # compiled or pure-python: the wall figures depend on it
         "gpu_busy_share": _busy_share(engine),
         "loads": sum(1 for e in engine.recorder.events if e[1] == "load"),
         "unloads": sum(1 for e in engine.recorder.events if e[1] == "unload"),

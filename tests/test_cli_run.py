@@ -32,6 +32,7 @@ def test_shipped_scenario_writes_results(tmp_path, scenario):
     for key in ("throughput_tokens_per_s", "throughput_requests_per_s", "goodput_requests_per_s", "slo_attainment",
                 "preemptions", "simulated_seconds", "sim_wall_seconds", "seed", "policy"):
         assert key in summary
+    assert summary["engine_build"] in ("compiled", "pure-python")
     for key in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
         assert set(summary[key]) == {"mean", "p50", "p90", "p99"}
     dropped = requests[requests["status"] == "dropped"]
