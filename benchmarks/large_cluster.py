@@ -13,6 +13,8 @@ import multiprocessing as mp
 import resource
 from pathlib import Path
 
+from sim.engine import build
+
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "large-cluster.yaml"
 POLICIES = "static,fcfs-swap,time-slice,swap-aware,offload-aware,slo-aware"
 
@@ -35,6 +37,7 @@ def main() -> None:
     parser.add_argument("--policies", default=POLICIES)
     args = parser.parse_args()
     context = mp.get_context("fork")
+    print(f"engine: {build()}")
     print(f"{'policy':>14} {'requests':>10} {'wall s':>8} {'req/s':>8} {'RSS MB':>7} {'SLO':>6} {'goodput':>8} {'preempt':>8} {'loads':>6}")
     for policy in args.policies.split(","):
         queue = context.Queue()

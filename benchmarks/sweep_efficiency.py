@@ -12,6 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sim.engine import build
 from sim.sweep.execute import run_sweep
 from sim.sweep.spec import expand, load_sweep
 
@@ -24,7 +25,7 @@ def main() -> None:
     path = Path(args[0]) if args else REPO / "scenarios" / "sweep-example.yaml"
     spec = load_sweep(path)
     tasks = expand(spec, path)
-    print(f"sweep {path} ({len(tasks)} runs) on {'Ray' if use_ray else 'a process pool'}")
+    print(f"sweep {path} ({len(tasks)} runs) on {'Ray' if use_ray else 'a process pool'}; engine: {build()}")
     print(f"{'workers':>8} {'wall s':>8} {'sum of runs s':>14} {'efficiency':>11} {'vs 1 worker':>12}")
     first_wall = None
     for workers in (1, 2):
