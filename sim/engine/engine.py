@@ -91,10 +91,11 @@ class Engine:
         if self.hooks["on_arrival"]:
             self.policy.on_arrival(request, self.view)
 
-    def least_loaded(self, model: int) -> Instance | None:
-        """The default route: the ready or loading instance of ``model`` holding the fewest requests."""
+    def least_loaded(self, model: int, candidates: list[Instance] | None = None) -> Instance | None:
+        """The default route: the ready or loading instance of ``model`` (among ``candidates``, if given)
+        holding the fewest requests, the oldest on a tie."""
         best: Instance | None = None
-        for instance in self.instances_by_model[model]:
+        for instance in self.instances_by_model[model] if candidates is None else candidates:
             if instance.status != "ready" and instance.status != "loading":
                 continue
             if best is None or (instance.num_requests, instance.uid) < (best.num_requests, best.uid):

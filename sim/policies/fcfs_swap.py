@@ -107,14 +107,6 @@ def youngest_victim(instance, view):
     return instance.running[-1], view.config.preemption_mode
 
 
-def route_least_loaded(request, view, instances=None):
-    """The ready-or-loading instance of the request's model with the fewest requests, or None."""
-    candidates = instances if instances is not None else view.instances_of(request.model)
-    if not candidates:
-        return None
-    return min(candidates, key=lambda i: (i.num_requests, i.uid))
-
-
 class Rechecks:
     """Policy timers that re-run a decision at a later time: at most one outstanding per key, the earliest wins."""
 
@@ -163,7 +155,7 @@ class FcfsSwapPolicy(Policy):
         initial_residency(view)
 
     def route(self, request, view):
-        target = route_least_loaded(request, view)
+        target = view.least_loaded(request.model)
         if target is not None:
             self.last_used_s[target.uid] = view.now
         return target

@@ -19,7 +19,6 @@ non-linearly and differently per model, and that long outputs suffer most
 
 from __future__ import annotations
 
-from sim.policies.fcfs_swap import route_least_loaded
 from sim.policies.registry import register
 from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
 
@@ -41,7 +40,7 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         instances = view.instances_of(request.model)
         if self.is_long(request):
             instances = [i for i in instances if i.gpu_share >= 1.0]
-        return route_least_loaded(request, view, instances)
+        return view.least_loaded(request.model, instances)
 
     def candidates(self, view) -> list[int]:
         """Models with pending requests and no instance able to take them (absent, or only offloaded copies for long requests)."""

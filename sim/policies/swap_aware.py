@@ -50,7 +50,7 @@ changes only with time, so fast-forward and per-iteration runs agree.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, gpu_with_room, room_after_evicting, route_least_loaded, unblock, youngest_victim
+from sim.policies.fcfs_swap import Rechecks, gpu_with_room, room_after_evicting, unblock, youngest_victim
 from sim.policies.registry import register
 
 
@@ -109,7 +109,7 @@ class SwapAwarePolicy(Policy):
             self.load_full(view, model)
 
     def route(self, request, view):
-        target = route_least_loaded(request, view)
+        target = view.least_loaded(request.model)
         if target is not None:
             self.last_used_s[target.uid] = view.now
         return target

@@ -16,7 +16,7 @@ every quantum regardless of how much work either model has.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, route_least_loaded, unblock, youngest_victim
+from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, unblock, youngest_victim
 from sim.policies.registry import register
 
 
@@ -66,7 +66,7 @@ class TimeSlicePolicy(Policy):
                 self.cursor[index] = position
 
     def route(self, request, view):
-        return route_least_loaded(request, view)
+        return view.least_loaded(request.model)
 
     def on_arrival(self, request, view) -> None:
         if request.instance is not None:

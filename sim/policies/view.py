@@ -40,9 +40,10 @@ class ClusterView:
         wanted = ("ready",) if ready_only else ("ready", "loading")
         return [i for i in self._engine.instances_by_model[model] if i.status in wanted]
 
-    def least_loaded(self, model: int):
-        """The ready or loading instance of ``model`` holding the fewest requests (the oldest on a tie), or None."""
-        return self._engine.least_loaded(model)
+    def least_loaded(self, model: int, candidates: list | None = None):
+        """The ready or loading instance of ``model`` (among ``candidates``, if given) holding the fewest
+        requests (the oldest on a tie), or None."""
+        return self._engine.least_loaded(model, candidates)
 
     def placement(self, model: int) -> dict:
         """The scenario's placement hints for a model: ``gpus``, ``replicas``, ``gpu_share``, ``demand`` (mix share)."""
