@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.scenario import load_scenario
+from sim.scenario import parse_scenario, read_yaml
 from sim.simulation import simulate
+from sim.sweep.spec import set_path
 
 ROOT = Path(__file__).resolve().parents[1]
 # (scenario, policy, params, seconds of workload, mode): short runs, but each makes its policy act.
@@ -46,11 +47,11 @@ RUNNER = textwrap.dedent("""
 
 
 def _scenario(name: str, duration_s: float | None):
-    scenario = load_scenario(ROOT / "scenarios" / name)
-    if duration_s is not None and scenario.workload.generator is not None:
-        generator = scenario.workload.generator.model_copy(update={"duration_s": duration_s})
-        scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"generator": generator})})
-    return scenario
+    path = ROOT / "scenarios" / name
+    data = read_yaml(path)
+    if duration_s is not None:
+        set_path(data, "workload.generator.duration_s", duration_s)
+    return parse_scenario(data, str(path))
 
 
 def run_all(out: Path) -> None:
