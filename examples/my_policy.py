@@ -48,7 +48,7 @@ class MyPolicy(Policy):
 
     def load_somewhere(self, model: int, view) -> None:
         """Load ``model`` into free memory, or start unloading one idle instance to make room."""
-        need = view.costs(model).gpu_weight_bytes()
+        need = view.footprint_bytes(model)  # weights plus the activation reserve every instance keeps
         for gpu in view.gpus:
             view.sync(gpu)  # a fast-forwarding GPU's KV use is brought up to now before it is read
         fitting = [g for g in view.gpus if g.free_bytes() - g.in_flight_bytes() >= need]
@@ -58,6 +58,6 @@ class MyPolicy(Policy):
         if any(i.status == "draining" for i in view.instances()):
             return  # memory is already being freed; on_unloaded tries again
         idle = [i for i in view.instances()
-                if i.status == "ready" and not i.has_work and i.gpu.free_bytes() + i.weight_bytes >= need]
+                if i.status == "ready" and not i.has_work and i.gpu.free_bytes() + i.resident_bytes >= need]
         if idle:
             view.unload(min(idle, key=lambda i: i.last_used_s), mode="swap")

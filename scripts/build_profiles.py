@@ -6,7 +6,8 @@
 - a100-80gb, h100-sxm, h200: roofline estimates from vendor datasheets, tagged ``estimated``.
 
 Run from the repository root: ``python scripts/build_profiles.py [--reference PATH]``.
-Deterministic: the same reference gives byte-identical JSON (a test checks it).
+Deterministic: the same reference gives byte-identical JSON on any machine (numbers are rounded to
+10 significant digits; a test builds twice and compares, and checks the committed files within a tolerance).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from calibrate.fit import relative_nnls
 from sim.catalogue import get_model
 from sim.costs import estimate_layer_cost
 
@@ -26,6 +28,7 @@ OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "profiles"
 PREEMPTION_PROMPT_TOKENS = 71  # Table III: 950.8 MiB at N=5000 is 5071 tokens of Qwen2.5-14B KV
 CHECKPOINTS = [100, 200, 300, 500, 1000, 2000, 3000, 4000, 5000]
 JOB_TOKENS = 7000
+KV_KEYS = {"device_to_host": ("kv_gpu_to_cpu_s", "gpu_to_cpu_ms"), "host_to_device": ("kv_cpu_to_gpu_s", "cpu_to_gpu_ms")}
 PLATFORM_GPU = {  # datasheet figures (bandwidth and dense bf16 FLOP/s); the paper prints name, memory, link
     "rtx5000": {"bandwidth": 576e9, "flops": 130e12},
     "a6000": {"bandwidth": 768e9, "flops": 155e12},
@@ -47,42 +50,45 @@ def mean_kv_tokens() -> float:
     return PREEMPTION_PROMPT_TOKENS + float(np.mean(CHECKPOINTS))
 
 
-def link_fits(platform: str, ref: dict) -> tuple[dict, dict, dict]:
-    """Shared bandwidth from Table III's effective-bandwidth ranges; per-model fixed cost from Table II.
-
-    The effective bandwidth of a ~951 MB copy still carries the fixed cost, so the marginal bandwidth
-    is at least the top of the printed range (Table III's two Qwen2.5-14B points on the RTX 5000 give
-    12.4 GB/s out, 19.1 GB/s in): the top is used. A midpoint would make the per-token slope, and so
-    the N-dependence of Figure 5's pause, steeper than the paper's flat curves.
-    """
-    bands = ref["table_iii"]["effective_bandwidth_gb_s"][platform]
-    bandwidth = {"device_to_host": float(max(bands["gpu_to_cpu"])) * GB,
-                 "host_to_device": float(max(bands["cpu_to_gpu"])) * GB}
-    per_model: dict[str, dict] = {}
-    per_copy: dict[str, list[float]] = {"device_to_host": [], "host_to_device": []}
+def kv_points(platform: str, ref: dict, direction: str) -> list[dict]:
+    """Every published KV transfer time of one direction: Table II's per-model means (over the checkpoints,
+    so at the mean KV size) and Table III's single points."""
+    table_ii_key, table_iii_key = KV_KEYS[direction]
+    points = []
     for name, row in ref["table_ii"][platform].items():
         spec = get_model(name)
-        mean_bytes = mean_kv_tokens() * spec.kv_bytes_per_token()
-        fixed = {}
-        for direction, key in (("device_to_host", "kv_gpu_to_cpu_s"), ("host_to_device", "kv_cpu_to_gpu_s")):
-            fixed[direction] = max(0.0, row[key] - mean_bytes / bandwidth[direction])
-            per_copy[direction].append(fixed[direction] / (2 * spec.num_layers))
-        per_model[name] = {
-            "source": "derived",
-            "note": "Table II mean transfer time minus mean KV bytes / link bandwidth; mean KV over checkpoints "
-                    f"N in {CHECKPOINTS} with a {PREEMPTION_PROMPT_TOKENS}-token prompt",
-            "device_to_host_s": fixed["device_to_host"], "host_to_device_s": fixed["host_to_device"],
-        }
+        points.append({"source": f"Table II {name} mean", "copies": 2 * spec.num_layers,
+                       "bytes": mean_kv_tokens() * spec.kv_bytes_per_token(), "seconds": row[table_ii_key]})
+    for name, given in ref["table_iii"].get(platform, {}).items():
+        spec = get_model(name)
+        for label, cells in given.items():
+            tokens = PREEMPTION_PROMPT_TOKENS + int(label.split("_")[1])
+            points.append({"source": f"Table III {name} N={label.split('_')[1]}", "copies": 2 * spec.num_layers,
+                           "bytes": tokens * spec.kv_bytes_per_token(), "seconds": cells[table_iii_key] / 1000})
+    return points
+
+
+def link_fits(platform: str, ref: dict) -> tuple[dict, dict]:
+    """The KV link of each direction, ``per_copy_latency_s x 2L + bytes / bandwidth``, fitted to Table II's
+    per-model means and Table III's points together (non-negative least squares on relative error).
+
+    The paper's points do not sit on one such line (Qwen2.5-14B's CPU->GPU copy takes 12.0 ms at 171 tokens
+    but 27.6 ms on average at 2082): the fit shares the disagreement out, and ``mmsim reproduce paper`` prints
+    every point with its error. No per-model fixed costs: one link model serves every model.
+    """
     link = {}
     for direction in ("host_to_device", "device_to_host"):
+        points = kv_points(platform, ref, direction)
+        per_copy, per_byte = relative_nnls([[p["copies"] for p in points], [p["bytes"] for p in points]],
+                                           [p["seconds"] for p in points])
         link[direction] = {
             "source": "derived",
-            "note": "bandwidth: top of Table III effective range (per-layer copies of ~951 MB, fixed cost included); "
-                    "per-copy latency (formula): mean of Table II fixed costs / (2 copies x layers)",
-            "latency_s": 0.0, "bandwidth_bytes_per_s": bandwidth[direction],
-            "per_copy_latency_s": float(np.mean(per_copy[direction])),
+            "note": "formula: per-copy latency x 2 copies per layer + bytes / bandwidth, least squares (relative error) over "
+                    f"Table II's per-model means and Table III's points ({len(points)} points)",
+            "latency_s": 0.0, "bandwidth_bytes_per_s": 1.0 / float(per_byte), "per_copy_latency_s": float(per_copy),
+            "samples": [{k: v for k, v in p.items()} for p in points],
         }
-    return link["host_to_device"], link["device_to_host"], per_model
+    return link["host_to_device"], link["device_to_host"]
 
 
 def weight_fits(platform: str, ref: dict) -> tuple[dict, dict, dict]:
@@ -161,11 +167,9 @@ def offload_model_costs(platform: str) -> dict:
 def paper_profile(platform: str, ref: dict) -> dict:
     server = ref["testbed"]["servers"][platform]
     gpu_fig = PLATFORM_GPU[platform]
-    h2d, d2h, kv_overrides = link_fits(platform, ref)
+    h2d, d2h = link_fits(platform, ref)
     disk, host, unload = weight_fits(platform, ref)
     models = preemption_model_costs(platform, ref, gpu_fig)
-    for name, override in kv_overrides.items():
-        models[name]["kv_transfer"] = override
     models.update(offload_model_costs(platform))
     return {
         "schema_version": 1,
@@ -184,6 +188,9 @@ def paper_profile(platform: str, ref: dict) -> dict:
         },
         "link": {"host_to_device": h2d, "device_to_host": d2h},
         "weights": {"from_disk": disk, "from_host": host, "unload": unload},
+        "step_overhead": {"source": "derived", "fixed_s": 0.0, "per_seq_s": 0.0,
+                          "note": "0: the per-step framework overhead is inside the decode costs derived from the "
+                                  "paper's end-to-end job times"},
         "models": models,
     }
 
@@ -197,6 +204,21 @@ DATACENTER = {
              "nvme": 12e9, "h2d": 50e9, "mig": {"1g.18gb": (1 / 7, 18), "2g.35gb": (2 / 7, 35), "3g.71gb": (3 / 7, 71), "7g.141gb": (1.0, 141)}},
 }
 MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY = 0.8, 0.6
+DATACENTER_STEP_OVERHEAD = {"fixed_s": 1.0e-3, "per_seq_s": 1.0e-5}
+SIGNIFICANT_DIGITS = 10
+"""Every number written is rounded to this many significant digits, so the files do not depend on the BLAS
+library or CPU that ran the least-squares fits (they differ in the last bits)."""
+
+
+def rounded(value):
+    """``value`` with every float rounded to ``SIGNIFICANT_DIGITS`` significant digits (recursively)."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [rounded(item) for item in value]
+    return value
 
 
 def datacenter_profile(name: str, d: dict) -> dict:
@@ -217,6 +239,9 @@ def datacenter_profile(name: str, d: dict) -> dict:
                     "memory_bandwidth_bytes_per_s": 4.0e11, "flops_per_s": 8.0e12},
         },
         "link": {"host_to_device": transfer(d["h2d"]), "device_to_host": transfer(d["h2d"] * 0.9)},
+        "step_overhead": {"source": "estimated", **DATACENTER_STEP_OVERHEAD,
+                          "note": "vLLM v1 per-step CPU time outside the forward pass (scheduling, input preparation, "
+                                  "output processing; 0.5-5 ms in practice): 1 ms + 10 us per sequence"},
         "weights": {
             "from_disk": {"source": "estimated", "note": "local NVMe sequential read", "fixed_s": 1.0, "bandwidth_bytes_per_s": d["nvme"]},
             "from_host": {"source": "estimated", "note": "pinned host copy over PCIe", "fixed_s": 0.3, "bandwidth_bytes_per_s": d["h2d"] * 0.8},
@@ -236,7 +261,7 @@ def main() -> None:
     profiles.update({name: datacenter_profile(name, d) for name, d in DATACENTER.items()})
     args.out.mkdir(parents=True, exist_ok=True)
     for name, data in profiles.items():
-        (args.out / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+        (args.out / f"{name}.json").write_text(json.dumps(rounded(data), indent=1, sort_keys=False) + "\n")
         print(f"wrote {args.out / name}.json")
 
 

@@ -11,6 +11,11 @@
 #   validation.json   one entry per validation loop: predicted vs measured decode tokens/s and the error
 #   calibrate.log     progress and summaries
 #   nvidia-smi.txt    the GPU as the driver reports it
+#   vllm/             when vLLM (CUDA build) imports there: profile.json from `calibrate --engine vllm --gpu 0`
+#                     (Qwen2.5-3B, bf16, added to the layer profile above), validation.json/.html from
+#                     `validate vllm` at light/mid/heavy load, vllm.log. MMSIM_VLLM=0 skips it; without vLLM
+#                     it is skipped with a line saying so (the device image has no vLLM, and its wheels are
+#                     far larger than what a run can carry: a machine with vLLM installed runs it unchanged).
 #
 # The device machines' image has torch, safetensors, nvidia-ml-py, numpy, pyyaml and rich but not pydantic,
 # which the profile schema needs. `--fetch-wheels` downloads it (and its own needs) for CPython 3.12 into
@@ -88,3 +93,44 @@ print(json.dumps([{k: r[k] for k in ("model", "layers", "cpu_layers", "batch", "
                                      "measured_tokens_per_s", "error_pct")} for r in results], indent=1))
 PY
 echo "calibration and validation took $((SECONDS - started)) s" | tee -a "$OUT/calibrate.log"
+
+# Real-engine calibration and validation on the GPU (vLLM CUDA build): the same commands as on a CPU machine.
+if [[ "${MMSIM_VLLM:-1}" == "1" ]] && python3 -c "import vllm" >/dev/null 2>&1; then
+  mkdir -p "$OUT/vllm"
+  left=$((540 - (SECONDS - started)))
+  if (( left < 120 )); then
+    echo "vLLM: skipped, ${left} s left of the 9-minute budget" | tee -a "$OUT/calibrate.log"
+  else
+    timeout "$left" python3 - "$OUT/profile.json" "$OUT/vllm" <<'PY' 2>&1 | tee "$OUT/vllm/vllm.log"
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.vllm_commands import calibrate_engine_command, validate_vllm_command
+from calibrate.vllm_engine import EngineLimits
+from sim.errors import MmsimError
+
+base, out = Path(sys.argv[1]), Path(sys.argv[2])
+limits = EngineLimits(max_num_seqs=64, max_num_batched_tokens=8192, block_size=16, max_model_len=8192,
+                      gpu_memory_utilization=0.85)
+try:
+    profile = calibrate_engine_command("qwen2.5-3b", None, "bf16", "cuda:0", limits, True, out / "profile.json", out,
+                                       base if base.exists() else None)
+    rng = np.random.default_rng(3)
+    requests = 200
+    pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / 20, requests)), "model": "qwen2.5-3b",
+                  "prompt_tokens": rng.integers(128, 2049, requests), "output_tokens": rng.integers(32, 257, requests)}
+                 ).to_csv(out / "trace.csv", index=False)
+    # Loads are factors on the trace's 20 requests/s: light, mid and heavy for a 3B model on one H200.
+    validate_vllm_command(out / "trace.csv", profile, [0.5, 1.5, 4.0], "qwen2.5-3b", None, "bf16", "cuda:0", limits,
+                          out, None, False, 0)
+except MmsimError as error:
+    sys.exit(f"error: {error}")
+PY
+  fi
+else
+  echo "vLLM: skipped (MMSIM_VLLM=0, or vllm does not import in this python3)" | tee -a "$OUT/calibrate.log"
+fi
+echo "all done in $((SECONDS - started)) s" | tee -a "$OUT/calibrate.log"

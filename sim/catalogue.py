@@ -3,14 +3,24 @@
 A :class:`ModelSpec` is one architecture (from the model's published config);
 sizes that depend on the numeric format (weight bytes, KV bytes per token) take
 a dtype. Quantised formats store weights at ``bits_per_weight``; the KV cache
-stays in 16-bit unless a KV dtype is given (as in vLLM and llama.cpp defaults).
+is held at the model's activation dtype (fp32 for fp32 models, else 16-bit) unless
+a KV dtype is given (as in vLLM's ``kv_cache_dtype="auto"`` and llama.cpp defaults).
+
+Models outside the catalogue are described by a Hugging Face ``config.json``
+(:func:`model_from_hf_config`) and registered under a name of the user's choice
+(:func:`register_model`), after which they are found like catalogue models.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 import yaml
 
@@ -39,6 +49,10 @@ class ModelSpec:
     tied_embeddings: bool
     qkv_bias: bool = False
     qk_norm: bool = False
+    num_experts: int = 0  # MoE: routed experts per layer (0: a dense MLP of ffn_size)
+    experts_per_token: int = 0
+    moe_ffn_size: int = 0  # each routed expert's intermediate size
+    shared_ffn_size: int = 0  # always-active shared expert(s), in all
 
     @property
     def embedding_params(self) -> int:
@@ -47,14 +61,27 @@ class ModelSpec:
     @property
     def layer_params(self) -> int:
         """Parameters of one decoder layer (attention, SwiGLU MLP, norms)."""
+        return self._attention_params() + self._mlp_params(self.num_experts) + 2 * self.hidden_size
+
+    @property
+    def active_layer_params(self) -> int:
+        """Parameters of one decoder layer that each token multiplies by (MoE: the routed experts only)."""
+        return self._attention_params() + self._mlp_params(self.experts_per_token) + 2 * self.hidden_size
+
+    def _attention_params(self) -> int:
         h, q_dim, kv_dim = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         attention = h * q_dim + 2 * h * kv_dim + q_dim * h
         if self.qkv_bias:
             attention += q_dim + 2 * kv_dim
         if self.qk_norm:
             attention += 2 * self.head_dim
-        mlp = 3 * h * self.ffn_size
-        return attention + mlp + 2 * h
+        return attention
+
+    def _mlp_params(self, experts: int) -> int:
+        h = self.hidden_size
+        if self.num_experts == 0:
+            return 3 * h * self.ffn_size
+        return 3 * h * (experts * self.moe_ffn_size + self.shared_ffn_size) + h * self.num_experts  # + router
 
     @property
     def lm_head_params(self) -> int:
@@ -80,7 +107,7 @@ class ModelSpec:
     @property
     def flops_per_token(self) -> int:
         """Matmul FLOPs per generated token at zero context (2 per weight, LM head included)."""
-        return 2 * (self.num_layers * self.layer_params + self.vocab_size * self.hidden_size)
+        return 2 * (self.num_layers * self.active_layer_params + self.vocab_size * self.hidden_size)
 
     @property
     def attention_flops_per_token_per_context_token(self) -> int:
@@ -118,11 +145,33 @@ def kv_bits(kv_dtype: str) -> int:
         raise MmsimError(f"unknown KV dtype {kv_dtype!r}; expected one of {', '.join(KV_BITS)}") from None
 
 
+def default_kv_dtype(dtype: str) -> str:
+    """The KV cache dtype a model at weight ``dtype`` gets by default: its activation dtype, 16-bit for
+    quantised weights (vLLM's ``kv_cache_dtype="auto"``)."""
+    return "fp32" if dtype == "fp32" else "fp16"
+
+
 @lru_cache(maxsize=1)
-def catalogue() -> dict[str, ModelSpec]:
-    """All built-in models by name."""
+def _builtin_catalogue() -> dict[str, ModelSpec]:
     text = resources.files("sim").joinpath("data/models.yaml").read_text()
     return {name: ModelSpec(name=name, **fields) for name, fields in yaml.safe_load(text).items()}
+
+
+_REGISTERED: dict[str, ModelSpec] = {}
+"""Models read from config files in this process, by the name the user gave them."""
+
+
+def catalogue() -> dict[str, ModelSpec]:
+    """All known models by name: the built-in ones and any registered from a config file."""
+    return _builtin_catalogue() | _REGISTERED
+
+
+def register_model(spec: ModelSpec) -> ModelSpec:
+    """Make ``spec`` known by its name (a later config under the same name replaces it)."""
+    if spec.name in _builtin_catalogue():
+        raise MmsimError(f"model name {spec.name!r} is a catalogue model; give the config's model another name")
+    _REGISTERED[spec.name] = spec
+    return spec
 
 
 def get_model(name: str) -> ModelSpec:
@@ -131,3 +180,92 @@ def get_model(name: str) -> ModelSpec:
     if name not in models:
         raise MmsimError(f"unknown model {name!r}; known models: {', '.join(sorted(models))}")
     return models[name]
+
+
+# -- Hugging Face config.json --------------------------------------------------------------------
+QKV_BIAS_FAMILIES = {"qwen2", "qwen2_moe"}  # Qwen2's attention projections always carry biases
+QK_NORM_FAMILIES = {"qwen3", "qwen3_moe"}
+UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
+"""Families whose config class defaults ``tie_word_embeddings`` to false (transformers' base default is true)."""
+
+
+def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
+    """The architecture a Hugging Face ``config.json`` describes, named ``name``.
+
+    Reads layers, hidden size, heads, KV heads (default: the heads), head dim (default: hidden / heads),
+    FFN size, vocabulary, tied embeddings, Qwen2 biases / Qwen3 q-k norms by ``model_type``, and MoE
+    fields (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``, ``num_experts_per_tok``,
+    ``moe_intermediate_size``, shared experts) where present. A missing field is a one-line error naming it.
+    """
+    source = str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as error:
+        raise MmsimError(f"cannot read model config: {error.strerror}", source=source) from None
+    except json.JSONDecodeError as error:
+        raise MmsimError(f"not valid JSON (line {error.lineno}: {error.msg})", source=source) from None
+    if not isinstance(data, dict):
+        raise MmsimError("expected a JSON object (a Hugging Face config.json)", source=source)
+    text_config = data.get("text_config")
+    config: dict = text_config if isinstance(text_config, dict) else data
+    family = str(config.get("model_type", data.get("model_type", "unknown")))
+
+    def number(key: str, *aliases: str, default: int | None = None) -> int:
+        for candidate in (key, *aliases):
+            value = config.get(candidate)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise MmsimError(f"expected a non-negative integer, got {value!r}", source=source, field=candidate)
+                return value
+        if default is None:
+            names = " or ".join((key, *aliases))
+            raise MmsimError(f"missing field {names} (needed for the architecture)", source=source, field=key)
+        return default
+
+    layers = number("num_hidden_layers", "n_layer", "num_layers")
+    hidden = number("hidden_size", "n_embd", "d_model")
+    heads = number("num_attention_heads", "n_head")
+    if heads == 0 or layers == 0 or hidden == 0:
+        raise MmsimError("num_hidden_layers, hidden_size and num_attention_heads must be positive", source=source)
+    experts = number("num_experts", "num_local_experts", "n_routed_experts", default=0)
+    moe_ffn = number("moe_intermediate_size", default=0) if experts else 0
+    if experts and not moe_ffn:
+        moe_ffn = number("intermediate_size")
+    shared = 0
+    if experts:
+        shared = number("shared_expert_intermediate_size", default=0) or number("n_shared_experts", default=0) * moe_ffn
+    tied = config.get("tie_word_embeddings", data.get("tie_word_embeddings", family not in UNTIED_BY_DEFAULT))
+    spec = ModelSpec(
+        name=name, hf_id=str(data.get("_name_or_path", "") or source), family=family,
+        num_layers=layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=number("num_key_value_heads", default=heads),
+        head_dim=number("head_dim", default=hidden // heads),
+        ffn_size=number("intermediate_size", "n_inner", default=moe_ffn if experts else None),
+        vocab_size=number("vocab_size"), tied_embeddings=bool(tied),
+        qkv_bias=bool(config.get("attention_bias", family in QKV_BIAS_FAMILIES)),
+        qk_norm=family in QK_NORM_FAMILIES,
+        num_experts=experts,
+        experts_per_token=number("num_experts_per_tok", "num_experts_per_token", default=0 if not experts else None),
+        moe_ffn_size=moe_ffn, shared_ffn_size=shared,
+    )
+    return spec
+
+
+_CONFIG_FOLDER: ContextVar[Path | None] = ContextVar("config_folder", default=None)
+
+
+@contextmanager
+def configs_relative_to(folder: Path) -> Iterator[None]:
+    """Resolve relative ``config`` paths against ``folder`` (a scenario file's folder) inside this block."""
+    token = _CONFIG_FOLDER.set(Path(folder))
+    try:
+        yield
+    finally:
+        _CONFIG_FOLDER.reset(token)
+
+
+def resolve_config_path(path: str) -> Path:
+    """``path`` as given when absolute or when no folder is set; else relative to :func:`configs_relative_to`'s."""
+    folder = _CONFIG_FOLDER.get()
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() or folder is None else folder / candidate

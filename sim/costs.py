@@ -11,19 +11,29 @@ layers on the GPU (share g = n_gpu / L)::
     t = n_gpu * t_gpu(B, C) + n_cpu * t_cpu(B, C) + boundary (if split) + head
 
 A measured offload curve, when the profile has one, replaces the split terms:
-``t = t_all_gpu(B, C) / curve(g)``. Every step time is affine in C, so a run of
-k steps whose context grows by B per step has a closed-form sum; the engine's
-fast-forward relies on that.
+``t = t_all_gpu(B, C) / curve(g)``. Each step also pays the serving engine's CPU
+overhead, ``fixed + per_seq * S`` for S sequences in the step. Per-layer decode
+and head costs are affine in B, or, where the profile measured a batch grid,
+interpolated between its batch sizes: either way every decode step time is
+affine in C at a fixed batch size, so a run of k steps whose context grows by B
+per step has a closed-form sum; the engine's fast-forward relies on that.
+
+Prefill of several sequences in one step pays attention per sequence:
+``sum_i (P_i^2 + 2 P_i C_i)`` for chunks of P_i tokens over C_i cached ones.
+
+A layer on the CPU is never cheaper than on the GPU, term by term, unless the
+profile measured the CPU: estimated or derived CPU costs are raised to the GPU's.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
 
 from sim import profile as prof
-from sim.catalogue import ModelSpec
+from sim.catalogue import ModelSpec, default_kv_dtype
 
 GIB = 2**30
 ROOFLINE_NOTE = "roofline estimate from the profile's GPU/CPU bandwidth and FLOP/s"
@@ -46,6 +56,61 @@ class StepCoefficients:
         return steps * first_s + self.per_context_token_s * batch * steps * (steps - 1) / 2
 
 
+class BatchCurve:
+    """A cost as a function of batch size: ``intercept + slope * B``, or, given measured ``points`` (batch,
+    seconds), piecewise linear through (0, intercept) and the points, extended past the last point by the
+    last segment's slope (never negative); plus an affine ``offset`` (see :meth:`raised`)."""
+
+    def __init__(self, intercept: float, slope: float, points: list[tuple[int, float]],
+                 offset: tuple[float, float] = (0.0, 0.0)):
+        self.intercept = intercept
+        self.slope = slope
+        self.points = sorted(dict(points).items())  # one value per batch size: a repeated one would divide by 0
+        self.offset = offset
+        # A fitted intercept above the first measured point would make a small batch cheaper than none.
+        start = min(intercept, self.points[0][1]) if self.points else intercept
+        self._batches: list[float] = [0.0] + [float(b) for b, _ in self.points]
+        self._values: list[float] = [start] + [v for _, v in self.points]
+
+    def raised(self, intercept: float, slope: float) -> BatchCurve:
+        """This curve plus ``intercept + slope * B``."""
+        return BatchCurve(self.intercept, self.slope, self.points, (self.offset[0] + intercept, self.offset[1] + slope))
+
+    def at(self, batch: int) -> float:
+        return self._curve(batch) + self.offset[0] + self.offset[1] * batch
+
+    def _curve(self, batch: int) -> float:
+        x, y = self._batches, self._values
+        if len(x) == 1:
+            return self.intercept + self.slope * batch
+        i = bisect_left(x, float(batch))
+        if i < len(x) and x[i] == batch:
+            return y[i]
+        if i >= len(x):  # past the grid: the last segment's slope
+            slope = max(0.0, (y[-1] - y[-2]) / (x[-1] - x[-2]))
+            return y[-1] + slope * (batch - x[-1])
+        return y[i - 1] + (y[i] - y[i - 1]) * (batch - x[i - 1]) / (x[i] - x[i - 1])
+
+
+def _layer_curves(cost: prof.LayerCost) -> tuple[BatchCurve, BatchCurve]:
+    """A layer's decode base and per-context-token cost as functions of batch size."""
+    grid = cost.decode_grid
+    base = BatchCurve(cost.decode_base_s, cost.decode_per_seq_s, [(p.batch, p.base_s) for p in grid])
+    per_context = BatchCurve(cost.decode_per_context_token_s, 0.0, [(p.batch, p.per_context_token_s) for p in grid])
+    return base, per_context
+
+
+def _excess(cpu: float, gpu: float) -> float:
+    return max(0.0, cpu - gpu)
+
+
+def _raised(cpu: prof.LayerCost, gpu: prof.LayerCost) -> prof.LayerCost:
+    """``cpu`` with each coefficient raised to at least the GPU's (decode grids are raised by ``BatchCurve.raised``)."""
+    fields = ("decode_base_s", "decode_per_seq_s", "decode_per_context_token_s", "prefill_base_s",
+              "prefill_per_token_s", "prefill_per_token_sq_s")
+    return cpu.model_copy(update={name: max(getattr(cpu, name), getattr(gpu, name)) for name in fields})
+
+
 class _PrefillLayer:
     """A layer's prefill cost ``base + per_token * P + per_token_sq * (P^2 + 2PC)``, as plain floats."""
 
@@ -65,10 +130,10 @@ def estimate_layer_cost(spec: ModelSpec, dtype: str, bandwidth: float, flops: fl
         source="estimated",
         note=note,
         decode_base_s=weight_read_s + launch_s,
-        decode_per_seq_s=2 * spec.layer_params / flops,
-        decode_per_context_token_s=spec.kv_bytes_per_token_per_layer() / bandwidth,
+        decode_per_seq_s=2 * spec.active_layer_params / flops,
+        decode_per_context_token_s=spec.kv_bytes_per_token_per_layer(default_kv_dtype(dtype)) / bandwidth,
         prefill_base_s=weight_read_s + launch_s,
-        prefill_per_token_s=2 * spec.layer_params / flops,
+        prefill_per_token_s=2 * spec.active_layer_params / flops,
         prefill_per_token_sq_s=2 * spec.num_heads * spec.head_dim / flops,
     )
 
@@ -98,14 +163,35 @@ class ModelCosts:
         gpu_bw, gpu_flops = _gpu_figures(profile)
         cpu_bw, cpu_flops = _cpu_figures(profile)
         self.gpu = entry.gpu if entry else estimate_layer_cost(spec, dtype, gpu_bw, gpu_flops, launch, ROOFLINE_NOTE)
-        self.cpu = (entry.cpu if entry and entry.cpu else
-                    estimate_layer_cost(spec, dtype, cpu_bw, cpu_flops, 0.0, ROOFLINE_NOTE))
+        cpu = (entry.cpu if entry and entry.cpu else
+               estimate_layer_cost(spec, dtype, cpu_bw, cpu_flops, 0.0, ROOFLINE_NOTE))
         head_bytes = spec.vocab_size * spec.hidden_size * spec.weight_bytes(dtype) / spec.params
-        self.head_gpu_s = entry.head_gpu_s if entry else head_bytes / gpu_bw + launch
-        self.head_cpu_s = entry.head_cpu_s if entry and entry.cpu else head_bytes / cpu_bw
-        self.head_gpu_per_seq_s = entry.head_gpu_per_seq_s if entry else 0.0
-        self.head_cpu_per_seq_s = entry.head_cpu_per_seq_s if entry and entry.cpu else 0.0
+        head_gpu = (BatchCurve(entry.head_gpu_s, entry.head_gpu_per_seq_s, [(p.batch, p.seconds) for p in entry.head_gpu_grid])
+                    if entry else BatchCurve(head_bytes / gpu_bw + launch, 0.0, []))
+        head_cpu = (BatchCurve(entry.head_cpu_s, entry.head_cpu_per_seq_s, [(p.batch, p.seconds) for p in entry.head_cpu_grid])
+                    if entry and entry.cpu else BatchCurve(head_bytes / cpu_bw, 0.0, []))
         self.boundary_s = entry.boundary_s if entry else 0.0
+        self.gpu_decode = _layer_curves(self.gpu)
+        if entry is not None and entry.cpu is not None and entry.cpu.source == "measured":
+            self.cpu, self.cpu_decode = cpu, _layer_curves(cpu)
+        else:
+            # Unmeasured (estimated or derived) CPU costs: the GPU's curves plus the CPU's excess over them, term
+            # by term, so a layer (and each sequence and context token in it) never costs less on the CPU; with
+            # every layer there, the head there costs at least the GPU's head plus the hand-off it saves.
+            self.cpu = _raised(cpu, self.gpu)
+            g, c = self.gpu, cpu
+            base, context = self.gpu_decode
+            self.cpu_decode = (base.raised(_excess(c.decode_base_s, g.decode_base_s), _excess(c.decode_per_seq_s, g.decode_per_seq_s)),
+                               context.raised(_excess(c.decode_per_context_token_s, g.decode_per_context_token_s), 0.0))
+            head_cpu = head_gpu.raised(self.boundary_s + _excess(head_cpu.intercept, head_gpu.intercept + self.boundary_s),
+                                       _excess(head_cpu.slope, head_gpu.slope))
+        self.head_gpu, self.head_cpu = head_gpu, head_cpu
+        self.head_gpu_s, self.head_cpu_s = head_gpu.at(0), head_cpu.at(0)
+        self.head_gpu_per_seq_s = head_gpu.slope
+        self.head_cpu_per_seq_s = head_cpu.slope + head_cpu.offset[1]
+        overhead = (entry.step_overhead if entry and entry.step_overhead else profile.step_overhead)
+        self.step_overhead_s: float = overhead.fixed_s if overhead else 0.0
+        self.step_overhead_per_seq_s: float = overhead.per_seq_s if overhead else 0.0
         curve = entry.offload_curve if entry else None
         self._curve = (np.array([p.gpu_share for p in curve.points]), np.array([p.normalized_throughput for p in curve.points])) if curve else None
         if self._curve is not None:
@@ -114,7 +200,7 @@ class ModelCosts:
         self._coefficients: dict[int, StepCoefficients] = {}
         # The figures every step reads, copied out of the profile's models once (native fields when compiled).
         self._layers: int = spec.num_layers
-        self._kv_bytes_per_token: int = spec.kv_bytes_per_token()
+        self._kv_bytes_per_token: int = spec.kv_bytes_per_token(default_kv_dtype(dtype))
         self._gpu_prefill = _PrefillLayer(self.gpu)
         self._cpu_prefill = _PrefillLayer(self.cpu)
 
@@ -143,7 +229,7 @@ class ModelCosts:
 
     # -- compute -------------------------------------------------------------------------------
     def step_coefficients(self, batch: int, gpu_share: float = 1.0) -> StepCoefficients:
-        """Decode step time for ``batch`` sequences as an affine function of total context."""
+        """Decode step time for ``batch`` sequences as an affine function of total context (overhead included)."""
         n_gpu = self.gpu_layers(gpu_share)
         key = batch * (self._layers + 1) + n_gpu  # (batch, n_gpu) as one int: cheaper to hash than a tuple
         cached = self._coefficients.get(key)
@@ -155,39 +241,45 @@ class ModelCosts:
             n_gpu, n_cpu, boundary = self._layers, 0, 0.0
         else:
             factor, boundary = 1.0, (self.boundary_s if 0 < n_gpu < self._layers else 0.0)
-        g, c = self.gpu, self.cpu
-        base = (n_gpu * (g.decode_base_s + g.decode_per_seq_s * batch)
-                + n_cpu * (c.decode_base_s + c.decode_per_seq_s * batch)
-                + boundary + self._head_s(n_gpu > 0, batch))
-        per_context = n_gpu * g.decode_per_context_token_s + n_cpu * c.decode_per_context_token_s
-        result = StepCoefficients(base * factor, per_context * factor)
+        (g_base, g_context), (c_base, c_context) = self.gpu_decode, self.cpu_decode
+        base = (n_gpu * g_base.at(batch) + n_cpu * c_base.at(batch) + boundary + self._head_s(n_gpu > 0, batch))
+        per_context = n_gpu * g_context.at(batch) + n_cpu * c_context.at(batch)
+        # The engine's CPU overhead does not move with the layers: the offload curve does not scale it.
+        result = StepCoefficients(base * factor + self._overhead_s(batch), per_context * factor)
         self._coefficients[key] = result
         return result
 
     def _head_s(self, on_gpu: bool, batch: int) -> float:
         """LM head + sampling for one step of ``batch`` sequences, on the GPU or (all layers offloaded) the CPU."""
-        if on_gpu:
-            return self.head_gpu_s + self.head_gpu_per_seq_s * batch
-        return self.head_cpu_s + self.head_cpu_per_seq_s * batch
+        return self.head_gpu.at(batch) if on_gpu else self.head_cpu.at(batch)
+
+    def _overhead_s(self, sequences: int) -> float:
+        """The serving engine's CPU time for one step holding ``sequences`` sequences, outside the forward pass."""
+        return self.step_overhead_s + self.step_overhead_per_seq_s * sequences
 
     def decode_step_s(self, batch: int, context_tokens: float, gpu_share: float = 1.0) -> float:
         return self.step_coefficients(batch, gpu_share).step_s(context_tokens)
 
     def prefill_s(self, tokens: int, gpu_share: float = 1.0, context_before: int = 0) -> float:
-        """Forward pass over ``tokens`` new tokens that attend to ``context_before`` cached ones."""
+        """A step with one prefill of ``tokens`` new tokens that attend to ``context_before`` cached ones."""
+        return self._prefill_step_s(tokens, tokens * tokens + 2 * tokens * context_before, 1, gpu_share)
+
+    def _prefill_step_s(self, tokens: int, quadratic: int, sequences: int, gpu_share: float) -> float:
+        """A step of ``sequences`` prefill chunks, ``tokens`` in all, with attention term ``quadratic``."""
         n_gpu = self.gpu_layers(gpu_share)
         n_cpu = self._layers - n_gpu
-        quadratic = tokens * tokens + 2 * tokens * context_before
         boundary = self.boundary_s if 0 < n_gpu < self._layers else 0.0
         return (n_gpu * self._gpu_prefill.seconds(tokens, quadratic) + n_cpu * self._cpu_prefill.seconds(tokens, quadratic)
-                + boundary + self._head_s(n_gpu > 0, 1))
+                + boundary + self._head_s(n_gpu > 0, sequences) + self._overhead_s(sequences))
 
-    def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_context: int,
-                     gpu_share: float = 1.0) -> float:
-        """One iteration holding ``batch`` decodes and a prefill chunk: fixed per-layer costs are paid once."""
-        if prefill_tokens == 0:
+    def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,
+                     prefills: int, gpu_share: float = 1.0) -> float:
+        """One iteration holding ``batch`` decodes over ``context_tokens`` and ``prefills`` prefill chunks of
+        ``prefill_tokens`` tokens in all, whose attention term is ``prefill_quadratic`` = sum of
+        P_i^2 + 2 P_i C_i over the chunks (chunk P_i over C_i cached tokens): fixed costs are paid once."""
+        if prefills == 0:
             return self.decode_step_s(batch, context_tokens, gpu_share)
-        prefill = self.prefill_s(prefill_tokens, gpu_share, prefill_context)
+        prefill = self._prefill_step_s(prefill_tokens, prefill_quadratic, prefills, gpu_share)
         if batch == 0:
             return prefill
         overlap = self.decode_step_s(0, 0, gpu_share)

@@ -22,7 +22,8 @@ class MmsimError(Exception):
 def pydantic_error_message(error, source: str) -> MmsimError:
     """Turn a pydantic ValidationError into an MmsimError naming the first bad field."""
     first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    # A key of a data file can be megabytes long: each part of the path is shortened.
+    field = ".".join(str(part) if len(str(part)) <= 80 else f"{str(part)[:80]}..." for part in first["loc"]) or "(top level)"
     detail = first["msg"]
     if first.get("type") == "extra_forbidden":
         detail = "unknown field"
@@ -30,13 +31,16 @@ def pydantic_error_message(error, source: str) -> MmsimError:
     return MmsimError(f"{detail}{extra}", source=source, field=field)
 
 
-def validate_mapping(model_cls, data: object, source: str, kind: str = "YAML mapping"):
-    """Validate a parsed file's top-level mapping as ``model_cls``, or raise one MmsimError naming the field."""
+def validate_mapping(model_cls, data: object, source: str, kind: str = "YAML mapping", *, strict: bool = False):
+    """Validate a parsed file's top-level mapping as ``model_cls``, or raise one MmsimError naming the field.
+
+    ``strict`` refuses conversions (``"16e9"`` or ``true`` for a number), as files written by people need.
+    """
     from pydantic import ValidationError
 
     if not isinstance(data, dict):
         raise MmsimError(f"expected a {kind} at the top level", source=source)
     try:
-        return model_cls.model_validate(data)
+        return model_cls.model_validate(data, strict=strict)
     except ValidationError as error:
         raise pydantic_error_message(error, source) from None

@@ -9,6 +9,9 @@ carries its provenance (``measured``, ``published``, ``derived`` or
 from __future__ import annotations
 
 import json
+import math
+import types
+import typing
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -17,15 +20,53 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.errors import MmsimError, validate_mapping
+from sim.files import load_json
 
 SCHEMA_VERSION = 1
+MAX_COST_S = 1e4
+"""Longest duration a profile may give any one cost (a weight reload from a slow disk is minutes)."""
 Source = Literal["measured", "published", "derived", "estimated"]
 NonNegative = Field(ge=0)
 Positive = Field(gt=0)
 
 
+def _numeric(annotation) -> bool:
+    """Whether a field holds a number (``int``, ``float``, or one of them or None)."""
+    kinds = set(typing.get_args(annotation)) - {type(None)} if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else {annotation}
+    return bool(kinds) and kinds <= {int, float}
+
+
+def _limit(name: str) -> tuple[float, float, str]:
+    """(lowest, highest, unit) a number of this field name may take: finite and physically possible.
+
+    Bounds are by unit (the name's suffix), so fields added later are bounded too; a cost of 1e300 s
+    or a bandwidth of 1e-300 B/s would make a run never end.
+    """
+    if name.endswith("bytes_per_s") or name.endswith("flops_per_s"):
+        return (1e3 if "bandwidth" in name else 1e6), 1e18, "per second"
+    if name.endswith("_bytes"):
+        return 0.0, float(2**60), "bytes"
+    if name.endswith("_s") or name.endswith("seconds") or name.endswith("per_gib"):
+        return 0.0, MAX_COST_S, "seconds"
+    return 0.0, 1e9, ""
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Base of every profile section: unknown keys are errors; numbers are finite and not text."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_not_text(cls, data):
+        if isinstance(data, dict):
+            for name, value in data.items():
+                field = cls.model_fields.get(name)
+                if field is not None and isinstance(value, (str, bool)) and _numeric(field.annotation):
+                    raise ValueError(f"{name} must be a number, not {value!r:.40}")
+        return data
+
 
 
 class Sourced(Strict):
@@ -108,12 +149,39 @@ class WeightMovement(Strict):
     unload: UnloadFit
 
 
+class BatchPoint(Strict):
+    """One measured batch size of a decode grid: ``base_s + per_context_token_s * C`` at that batch."""
+
+    batch: int = Field(ge=1)
+    base_s: float = NonNegative
+    per_context_token_s: float = NonNegative
+
+
+class HeadPoint(Strict):
+    """LM head + sampling seconds per step at one measured batch size."""
+
+    batch: int = Field(ge=1)
+    seconds: float = NonNegative
+
+
+class StepOverhead(Sourced):
+    """CPU time per engine step outside the forward pass (scheduling, input preparation, output processing):
+    ``fixed_s + per_seq_s * S`` for a step holding S sequences."""
+
+    fixed_s: float = NonNegative
+    per_seq_s: float = NonNegative
+    samples: list[dict] = Field(default_factory=list)
+
+
 class LayerCost(Sourced):
     """Seconds for one decoder layer on one device.
 
     Decode step of B sequences with C tokens of context in total:
-    ``decode_base_s + decode_per_seq_s * B + decode_per_context_token_s * C``.
-    Prefill of P tokens: ``prefill_base_s + prefill_per_token_s * P + prefill_per_token_sq_s * P**2``.
+    ``decode_base_s + decode_per_seq_s * B + decode_per_context_token_s * C``; when ``decode_grid`` holds
+    measured batch sizes, the cost at batch B is interpolated linearly between (0, decode_base_s,
+    decode_per_context_token_s) and the grid's points instead (still affine in C at a fixed batch).
+    Prefill of P tokens over C cached ones:
+    ``prefill_base_s + prefill_per_token_s * P + prefill_per_token_sq_s * (P**2 + 2 * P * C)``.
     """
 
     decode_base_s: float = NonNegative
@@ -122,6 +190,7 @@ class LayerCost(Sourced):
     prefill_base_s: float = NonNegative
     prefill_per_token_s: float = NonNegative
     prefill_per_token_sq_s: float = NonNegative
+    decode_grid: list[BatchPoint] = Field(default_factory=list)
     samples: list[dict] = Field(default_factory=list)
 
 
@@ -160,7 +229,11 @@ class ModelCosts(Strict):
     head_cpu_s: float = Field(default=0.0, ge=0)
     head_gpu_per_seq_s: float = Field(default=0.0, ge=0, description="LM head cost growing with the batch, per sequence")
     head_cpu_per_seq_s: float = Field(default=0.0, ge=0)
+    head_gpu_grid: list[HeadPoint] = Field(default_factory=list, description="measured head seconds by batch size")
+    head_cpu_grid: list[HeadPoint] = Field(default_factory=list)
     boundary_s: float = Field(default=0.0, ge=0, description="GPU<->CPU hand-off per step when offloaded")
+    step_overhead: StepOverhead | None = Field(default=None, description="this model's per-step CPU overhead "
+                                               "(overrides the profile's)")
     offload_curve: OffloadCurve | None = None
     swap: SwapCosts | None = None
     kv_transfer: KvTransferOverride | None = None
@@ -177,6 +250,8 @@ class Profile(Strict):
     link: Link
     weights: WeightMovement
     gpu_launch_overhead_s: float = Field(default=2e-5, ge=0, description="per-layer fixed cost for roofline estimates")
+    step_overhead: StepOverhead | None = Field(default=None, description="per-step CPU overhead of the serving "
+                                               "engine, for every model without its own; none: 0")
     models: dict[str, ModelCosts] = Field(default_factory=dict)
     validation: dict = Field(default_factory=dict)
 
@@ -200,8 +275,12 @@ class Profile(Strict):
             "weights.from_host": self.weights.from_host.source,
             "weights.unload": self.weights.unload.source,
         }
+        if self.step_overhead:
+            rows["step_overhead"] = self.step_overhead.source
         for name, costs in self.models.items():
             rows[f"models.{name}.gpu"] = costs.gpu.source
+            if costs.step_overhead:
+                rows[f"models.{name}.step_overhead"] = costs.step_overhead.source
             if costs.cpu:
                 rows[f"models.{name}.cpu"] = costs.cpu.source
             if costs.swap:
@@ -213,23 +292,36 @@ class Profile(Strict):
         return rows
 
 
+def check_bounds(data: object, source: str) -> None:
+    """Every number of a profile's data within the physical range of its unit (see ``_limit``); the
+    ``samples`` and ``validation`` records are kept as measured. Checked on the data, not on the models,
+    because the cost model also builds these models from derived numbers."""
+    pending = [(data, "", "")]
+    while pending:
+        node, key, path = pending.pop()
+        if isinstance(node, dict):
+            pending.extend((value, str(name), f"{path}.{name}" if path else str(name)) for name, value in node.items()
+                           if name not in ("samples", "validation"))
+        elif isinstance(node, list):
+            pending.extend((value, key, f"{path}.{index}") for index, value in enumerate(node))
+        elif isinstance(node, (int, float)) and not isinstance(node, bool) and node and math.isfinite(node):
+            low, high, unit = _limit(key)
+            if not low <= abs(node) <= high:
+                raise MmsimError(f"{node:g} is out of range (at most {high:g}{' ' + unit if unit else ''}"
+                                 f"{f', at least {low:g}' if low else ''})", source=source, field=path)
+
+
 def parse_profile(data: object, source: str) -> Profile:
     """Validate an already-parsed JSON object as a profile."""
     if isinstance(data, dict) and "schema_version" not in data:
         raise MmsimError(f"missing field (expected schema_version: {SCHEMA_VERSION})", source=source, field="schema_version")
+    check_bounds(data, source)
     return validate_mapping(Profile, data, source, kind="JSON object")
 
 
 def load_profile_file(path: Path) -> Profile:
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise MmsimError(f"cannot read profile: {error.strerror}", source=str(path)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise MmsimError(f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})", source=str(path)) from None
-    return parse_profile(data, str(path))
+    """A profile JSON file, read safely (regular file, size cap, UTF-8, no duplicate keys, bounded depth)."""
+    return parse_profile(load_json(Path(path), "profile"), str(path))
 
 
 def builtin_profile_names() -> list[str]:

@@ -33,7 +33,9 @@ def slo_met(requests: pd.DataFrame, scenario) -> pd.Series:
         for field in ("ttft_s", "tpot_s", "e2e_s"):
             limit = getattr(slo, field)
             if limit is not None:
-                met &= ~rows | (requests[field].fillna(np.inf) <= limit)
+                # A completed one-token output has no TPOT (NaN): nothing of it can miss a TPOT limit.
+                values = requests[field].fillna(0.0 if field == "tpot_s" else np.inf)
+                met &= ~rows | (values <= limit)
     return met
 
 
@@ -59,7 +61,7 @@ def summarize(requests: pd.DataFrame, timeseries: pd.DataFrame, scenario, engine
         "requests_total": len(requests),
         "requests_completed": int(completed.sum()),
         "requests_dropped": int((~completed).sum()),
-        "drop_reasons": {str(k): int(v) for k, v in requests.loc[~completed, "drop_reason"].value_counts().items() if v},
+        "drop_reasons": _drop_reasons(requests),
         **_rates(requests, met),
         "slo_attainment": float(met.mean()) if len(requests) else 0.0,
         **{name: percentiles(requests.loc[completed, name]) for name in LATENCIES},
@@ -73,7 +75,7 @@ def summarize(requests: pd.DataFrame, timeseries: pd.DataFrame, scenario, engine
         "loads": sum(1 for e in engine.recorder.events if e[1] == "load"),
         "unloads": sum(1 for e in engine.recorder.events if e[1] == "unload"),
         "mean_resident_models_per_gpu": _mean_resident(timeseries, engine),
-        "per_model": _per_model(requests, met, scenario),
+        "per_model": _per_model(requests, met, engine),
         "provenance": profile.provenance(),
     }
     return summary
@@ -95,7 +97,12 @@ def _mean_resident(timeseries: pd.DataFrame, engine) -> float:
     return float(rows.groupby(["time_s", "gpu"]).size().reindex(every, fill_value=0).mean())
 
 
-def _per_model(requests: pd.DataFrame, met: pd.Series, scenario) -> dict:
+def _drop_reasons(requests: pd.DataFrame) -> dict[str, int]:
+    dropped = requests.loc[requests["status"].eq("dropped"), "drop_reason"]
+    return {str(k): int(v) for k, v in dropped.value_counts().items() if v}
+
+
+def _per_model(requests: pd.DataFrame, met: pd.Series, engine) -> dict:
     out = {}
     for model in requests["model"].cat.categories:
         rows = requests["model"].eq(model)
@@ -103,8 +110,11 @@ def _per_model(requests: pd.DataFrame, met: pd.Series, scenario) -> dict:
             continue
         part = requests[rows]
         done = part["status"].eq("completed")
+        index = engine.model_index.get(str(model))
         out[str(model)] = {
-            "requests": int(rows.sum()), "completed": int(done.sum()),
+            "requests": int(rows.sum()), "completed": int(done.sum()), "dropped": int((~done).sum()),
+            "drop_reasons": _drop_reasons(part),
+            "max_model_len": engine.max_model_len[index] if index is not None else None,
             "slo_attainment": float(met[rows].mean()),
             **_rates(part, met[rows]),
             **{name: percentiles(part.loc[done, name]) for name in ("ttft_s", "tpot_s", "e2e_s")},

@@ -9,16 +9,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.catalogue import BITS_PER_WEIGHT, catalogue
 from sim.errors import MmsimError, validate_mapping
-from sim.workload.config import WorkloadConfig
+from sim.files import cut, load_yaml
+from sim.workload.config import MAX_TIME_S, WorkloadConfig
+
+MAX_NODES = 1024
+MAX_GPUS_PER_NODE = 64
+MAX_SEED = 2**63 - 1
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Base of every scenario section: unknown keys are errors, numbers must be finite."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class MigConfig(Strict):
@@ -29,10 +35,10 @@ class MigConfig(Strict):
 
 
 class ClusterConfig(Strict):
-    nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int | None = Field(default=None, ge=1, description="default: the profile's")
-    host_memory_gb: float = Field(default=256.0, gt=0)
-    gpu_memory_gb: float | None = Field(default=None, gt=0, description="override the profile's GPU memory")
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE, description="default: the profile's")
+    host_memory_gb: float = Field(default=256.0, gt=0, le=1e6)
+    gpu_memory_gb: float | None = Field(default=None, gt=0, le=1e4, description="override the profile's GPU memory")
     mig: MigConfig | None = None
 
 
@@ -45,12 +51,39 @@ class ModelEntry(Strict):
     replicas: int | Literal["dynamic"] | None = None
     gpus: list[int] | None = None
     gpu_share: float = Field(default=1.0, gt=0, le=1)
+    max_model_len: int | None = Field(default=None, ge=2, description="longest prompt + output this deployment "
+                                      "accepts (default: what fits its KV room at full residency)")
+    config: str | None = Field(default=None, description="a Hugging Face config.json with the architecture; "
+                               "name then names this model instead of a catalogue entry")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_config(cls, data):
+        """Register the architecture a ``config`` file describes under ``name`` before ``name`` is checked."""
+        if isinstance(data, dict) and isinstance(data.get("config"), str) and isinstance(data.get("name"), str):
+            from sim.catalogue import model_from_hf_config, register_model, resolve_config_path
+            register_model(model_from_hf_config(resolve_config_path(data["config"]), data["name"]))
+        return data
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, value):
+        if isinstance(value, int) and not 0 <= value <= MAX_NODES * MAX_GPUS_PER_NODE:
+            raise ValueError(f"replicas must be between 0 and {MAX_NODES * MAX_GPUS_PER_NODE}")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indexes(cls, value):
+        if value is not None and any(not 0 <= index < MAX_NODES * MAX_GPUS_PER_NODE for index in value):
+            raise ValueError("GPU indexes must be >= 0 and below the cluster's GPU count")
+        return value
 
     @field_validator("name")
     @classmethod
     def _known(cls, value: str) -> str:
         if value not in catalogue():
-            raise ValueError(f"unknown model {value!r}; expected one of {', '.join(sorted(catalogue()))}")
+            raise ValueError(f"unknown model {cut(value)!r}; expected one of {', '.join(sorted(catalogue()))}")
         return value
 
     @property
@@ -67,18 +100,22 @@ class ModelEntry(Strict):
 
 
 class Slo(Strict):
-    ttft_s: float | None = Field(default=None, gt=0)
-    tpot_s: float | None = Field(default=None, gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
+    ttft_s: float | None = Field(default=None, gt=0, le=1e6)
+    tpot_s: float | None = Field(default=None, gt=0, le=1e6)
+    e2e_s: float | None = Field(default=None, gt=0, le=1e6)
 
 
 class EngineSection(Strict):
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int = Field(default=8192, ge=16)
-    block_size: int = Field(default=16, ge=1)
+    max_num_seqs: int = Field(default=256, ge=1, le=1 << 16)
+    max_num_batched_tokens: int = Field(default=8192, ge=16, le=1 << 24)
+    block_size: int = Field(default=16, ge=1, le=1024)
     chunked_prefill: bool = True
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     preemption_mode: Literal["recompute", "swap"] = "recompute"
+    progress_horizon_s: float = Field(default=3600.0, gt=0, le=1e7, description="simulated seconds without a "
+                                      "token while work is outstanding before the run stops with a diagnosis")
+    progress_max_loads: int = Field(default=1000, ge=1, description="model loads without a token before the "
+                                    "run stops with a diagnosis")
 
 
 class PolicySection(Strict):
@@ -89,9 +126,9 @@ class PolicySection(Strict):
 class Scenario(Strict):
     """A whole scenario file."""
 
-    name: str = "scenario"
+    name: str = Field(default="scenario", min_length=1, max_length=200)
     description: str = ""
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     profile: str = "paper-rtx5000"
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     models: list[ModelEntry] = Field(min_length=1)
@@ -99,7 +136,7 @@ class Scenario(Strict):
     slo: dict[str, Slo] = Field(default_factory=dict)
     engine: EngineSection = Field(default_factory=EngineSection)
     policy: PolicySection = Field(default_factory=PolicySection)
-    sample_interval_s: float | None = Field(default=None, gt=0, description="time-series sampling period")
+    sample_interval_s: float | None = Field(default=None, ge=1e-3, le=MAX_TIME_S, description="time-series sampling period")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Scenario":
@@ -110,7 +147,18 @@ class Scenario(Strict):
         for key in self.slo:
             if key != "default" and key not in names:
                 raise ValueError(f"slo.{key}: not a model of this scenario (expected 'default' or one of {', '.join(names)})")
+        self.workload.serve(names)
         return self
+
+    def check_requested_models(self, source: str) -> None:
+        """A workload naming a model the scenario does not serve is an error: its requests would all be dropped
+        as model_not_served, almost surely from a typo or a forgotten ``models`` entry."""
+        names = [m.deployment for m in self.models]
+        unserved = [name for name in self.workload.requested_models() if name not in names]
+        if unserved:
+            where = "generator.mix" if self.workload.generator else "trace"
+            raise MmsimError(f"model {cut(unserved[0])!r} is not served by this scenario (models: {', '.join(names)})",
+                             source=source, field=f"workload.{where}")
 
     def slo_for(self, model: str) -> Slo:
         base = self.slo.get("default", Slo())
@@ -121,23 +169,17 @@ class Scenario(Strict):
 
 
 def parse_scenario(data: object, source: str) -> Scenario:
-    return validate_mapping(Scenario, data, source)
+    """Validate parsed scenario data strictly: ``"16"`` is not a number, ``true`` not a time."""
+    return validate_mapping(Scenario, data, source, strict=True)
 
 
-def read_yaml(path: Path) -> object:
-    try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise MmsimError(f"cannot read file: {error.strerror}", source=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or str(error)
-        raise MmsimError(f"not valid YAML{where}: {problem}", source=str(path)) from None
+def read_yaml(path: Path, what: str = "YAML file") -> object:
+    """A YAML file parsed safely: regular file, size cap, UTF-8, no duplicate keys, bounded depth."""
+    return load_yaml(Path(path), what)
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate a scenario file."""
-    return parse_scenario(read_yaml(Path(path)), str(path))
+    """Read and validate a scenario file (its workload may only name models it serves)."""
+    scenario = parse_scenario(read_yaml(Path(path), "scenario file"), str(path))
+    scenario.check_requested_models(str(path))
+    return scenario

@@ -86,19 +86,23 @@ def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
         for model, queue in enumerate(engine.pending):
             if queue:
                 engine.recorder.sample((env.now, -1, engine.model_names[model], 0, 0, len(queue), 0, 0.0))
-        if _stalled(engine):
-            return
+        engine.progress.check(env.now)
+        if _stalled(engine) and not env._queue:
+            return  # nothing left that could run: let the run end (policy timers still pending keep it going)
 
 
-def _leftovers(engine: Engine) -> list[Request]:
-    """Requests still held when the run stopped (nothing could serve them), with their progress settled."""
-    left = [r for queue in engine.pending for r in queue]
+def _drop_leftovers(engine: Engine) -> None:
+    """Drop the requests still held when the run stopped (nothing could serve them), their progress settled:
+    ``not_placed`` when the policy never gave their model an instance, ``not_scheduled`` when one held them."""
+    for queue in engine.pending:
+        for request in list(queue):
+            engine.drop(request, "not_placed")
     for inst in engine.instances:
         inst.gpu.sync()
         for request in inst.running:
             request.generated = inst.generated(request)
-        left += [*inst.waiting, *inst.swapped, *inst.prefilling, *inst.running]
-    return left
+        for request in [*inst.waiting, *inst.swapped, *inst.prefilling, *inst.running]:
+            engine.drop(request, "not_scheduled")
 
 
 def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | None = None, params: dict | None = None,
@@ -116,7 +120,8 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     names = [m.deployment for m in scenario.models]
     costs = [ModelCosts(profile, get_model(m.name), m.dtype) for m in scenario.models]
     config = EngineConfig(**scenario.engine.model_dump())
-    engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"))
+    engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"),
+                    max_model_lens=[m.max_model_len for m in scenario.models], gpu_shares=[m.gpu_share for m in scenario.models])
     mix = _mix_shares(scenario)
     engine.slos = [scenario.slo_for(m.deployment) for m in scenario.models]
     engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0)}
@@ -131,8 +136,7 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     env.process(_sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario)))
     with _few_collections():
         arrivals.run(env, engine, stream)
-    for request in _leftovers(engine):
-        engine.drop(request, "not_scheduled")
+    _drop_leftovers(engine)
     wall_s = time.perf_counter() - started
     requests, timeseries = engine.recorder.requests_frame(), engine.recorder.timeseries_frame()
     summary = summarize(requests, timeseries, scenario, engine, profile, policy_name, seed, mode, wall_s)

@@ -39,4 +39,7 @@ def scenario_dict(**overrides) -> dict:
         "policy": {"name": "static"},
     }
     data.update(overrides)
+    if "models" in overrides and "workload" not in overrides:  # the mix follows the models served
+        names = [m.get("alias") or m["name"] for m in overrides["models"]]
+        data["workload"]["generator"]["mix"] = {name: 1.0 / len(names) for name in names}
     return data

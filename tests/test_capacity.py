@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.errors import MmsimError
-from sim.scenario import read_yaml
+from sim.scenario import parse_scenario, read_yaml
+from sim.simulation import simulate
 from sim.sweep.capacity import CapacityQuery, Evaluator, gpu_counts, max_load, min_gpus, plan_capacity
 from sim.sweep.execute import Backend
 
@@ -59,20 +60,41 @@ def test_capacity_on_a_tiny_scenario_is_monotone_in_the_target(scenario_path):
     assert all(not p["errors"] for p in evaluator.cache.values())
 
 
-def test_capacity_cli_json_with_gpu_search(scenario_path, tmp_path):
-    result = CliRunner().invoke(app, ["capacity", str(scenario_path), "--policies", "static", "--slo-target", "0.85",
-                                      "--seeds", "2", "--low", "0.5", "--high", "4", "--tolerance", "0.5",
+def attainment(scenario_path: Path, load: float, seeds: list[int], layout: list[int] | None = None) -> float:
+    """Mean SLO attainment at ``load`` times the base arrival rate (on ``layout`` = [nodes, GPUs per node]),
+    simulated directly, not through capacity's code."""
+    data = read_yaml(scenario_path)
+    data["workload"]["time_scale"] = 1.0 / load
+    if layout is not None:
+        data["cluster"]["nodes"], data["cluster"]["gpus_per_node"] = layout
+    scenario = parse_scenario(data, "test")
+    return sum(simulate(scenario, seed=seed, base_dir=scenario_path.parent).summary["slo_attainment"] for seed in seeds) / len(seeds)
+
+
+def test_capacity_cli_answers_are_the_edge_of_the_target_when_simulated_directly(scenario_path, tmp_path):
+    target, tolerance, seeds = 0.85, 0.5, [1, 2]
+    result = CliRunner().invoke(app, ["capacity", str(scenario_path), "--policies", "static", "--slo-target", str(target),
+                                      "--seeds", "2", "--low", "0.5", "--high", "4", "--tolerance", str(tolerance),
                                       "--gpus-for-load", "2", "--max-gpus", "4", "--workers", "2",
                                       "--out", str(tmp_path / "sweep"), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     answer = data["policies"][0]
-    assert answer["policy"] == "static" and answer["max_load_bound"] in ("exact", "at-least", "below-low")
-    assert answer["min_gpus"] in (1, 2, 4, None)
-    if answer["min_gpus"] is not None:
-        assert answer["attainment_at_min_gpus"] >= 0.85
-        assert answer["gpu_layout"][0] * answer["gpu_layout"][1] == answer["min_gpus"]
     assert json.loads((tmp_path / "sweep" / "capacity.json").read_text()) == data
+    # The tiny scenario (static, 2 GPUs) saturates inside [0.5, 4]: the answer is an exact edge.
+    assert answer["max_load_bound"] == "exact"
+    load = answer["max_load"]
+    assert attainment(scenario_path, load, seeds) >= target
+    failing = [e["load"] for e in answer["evaluations"] if e.get("gpus") is None and e["slo_attainment"] < target]
+    above = min(f for f in failing if f > load)
+    assert above - load <= tolerance + 1e-9
+    assert attainment(scenario_path, above, seeds) < target
+    # Fewest GPUs at twice the load: that many meet the target, the next count searched below it does not.
+    fewest, layout = answer["min_gpus"], answer["gpu_layout"]
+    assert fewest is not None and layout[0] * layout[1] == fewest
+    assert attainment(scenario_path, 2.0, seeds, layout) >= target
+    fewer = max(c for c in gpu_counts(2, 4) if c < fewest)
+    assert attainment(scenario_path, 2.0, seeds, [1, fewer] if fewer <= 2 else [fewer // 2, 2]) < target
 
 
 def test_capacity_rejects_bad_queries(scenario_path):

@@ -61,3 +61,79 @@ def test_cli_bad_name_exits_2_without_traceback():
     out = subprocess.run(["mmsim", "models", "show", "nope"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and "unknown model" in out.stderr
+
+
+# -- models from a Hugging Face config.json -----------------------------------------------------------------
+QWEN25_3B_CONFIG = {  # Qwen/Qwen2.5-3B's published config.json (the fields mmsim reads, and some it ignores)
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 2048, "intermediate_size": 11008,
+    "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
+    "tie_word_embeddings": True, "max_position_embeddings": 32768, "rope_theta": 1000000.0, "torch_dtype": "bfloat16"}
+
+
+def write_config(tmp_path, data, name="config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_config_json_gives_the_catalogue_architecture(tmp_path):
+    from sim.catalogue import model_from_hf_config
+
+    spec = model_from_hf_config(write_config(tmp_path, QWEN25_3B_CONFIG), "my-qwen")
+    catalogued = get_model("qwen2.5-3b")
+    assert spec.name == "my-qwen" and spec.head_dim == 128 and spec.qkv_bias
+    assert spec.params == catalogued.params
+    assert spec.kv_bytes_per_token("fp16") == 36_864
+
+
+def test_a_moe_config_counts_every_expert_in_the_weights_and_the_routed_ones_in_the_flops(tmp_path):
+    from sim.catalogue import model_from_hf_config
+
+    # Qwen3-30B-A3B: 48 layers, 128 experts of 768, 8 per token (published: 30.5B parameters, 3.3B active).
+    config = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+              "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+              "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "tie_word_embeddings": False}
+    spec = model_from_hf_config(write_config(tmp_path, config), "qwen3-moe")
+    assert spec.params / 1e9 == pytest.approx(30.5, rel=0.01)
+    active = spec.embedding_params + spec.num_layers * spec.active_layer_params + spec.lm_head_params
+    assert active / 1e9 == pytest.approx(3.3, rel=0.05)
+
+
+@pytest.mark.parametrize("missing", ["num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size",
+                                     "intermediate_size"])
+def test_a_config_without_an_architecture_field_names_it(tmp_path, missing):
+    from sim.catalogue import model_from_hf_config
+
+    data = {k: v for k, v in QWEN25_3B_CONFIG.items() if k != missing}
+    with pytest.raises(MmsimError, match=f"missing field {missing}"):
+        model_from_hf_config(write_config(tmp_path, data), "broken")
+
+
+def test_a_scenario_serves_a_model_from_its_config(tmp_path):
+    from sim.simulation import simulate
+    from sim.scenario import parse_scenario
+
+    config = write_config(tmp_path, QWEN25_3B_CONFIG)
+    scenario = parse_scenario({
+        "profile": "h100-sxm", "cluster": {"nodes": 1, "gpus_per_node": 1},
+        "models": [{"config": str(config), "name": "my-qwen", "dtype": "bf16"}],
+        "workload": {"generator": {"duration_s": 10, "arrivals": {"process": "poisson", "rate_per_s": 2.0},
+                                   "prompt_tokens": {"dist": "constant", "value": 100},
+                                   "output_tokens": {"dist": "constant", "value": 20}, "mix": {"my-qwen": 1.0}}}}, "test")
+    result = simulate(scenario)
+    assert len(result.requests) > 5 and result.requests["status"].eq("completed").all()
+
+
+def test_a_scenario_config_that_is_missing_is_one_line(tmp_path):
+    from sim.scenario import parse_scenario
+
+    with pytest.raises(MmsimError, match="cannot read model config"):
+        parse_scenario({"models": [{"config": str(tmp_path / "nowhere.json"), "name": "x"}],
+                        "workload": {"trace": {"path": "t.csv"}}}, "test")
+
+
+def test_a_config_cannot_take_a_catalogue_name(tmp_path):
+    from sim.catalogue import model_from_hf_config, register_model
+
+    with pytest.raises(MmsimError, match="is a catalogue model"):
+        register_model(model_from_hf_config(write_config(tmp_path, QWEN25_3B_CONFIG), "qwen3-8b"))

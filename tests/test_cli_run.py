@@ -78,7 +78,7 @@ def test_bad_flags_exit_2(tmp_path):
     assert mmsim("run", "scenarios/mixed.yaml", "--mode", "slow", "--out", str(tmp_path)).returncode == 2
     assert mmsim("run", "scenarios/mixed.yaml", "--seed", "abc").returncode == 2
     missing = mmsim("run", "no/such/file.yaml")
-    assert missing.returncode == 2 and "cannot read file" in missing.stderr
+    assert missing.returncode == 2 and "scenario file not found" in missing.stderr
 
 
 def test_policies_list_names_every_builtin():

@@ -19,9 +19,12 @@ def model_costs(name: str, profile: str = "paper-rtx5000") -> ModelCosts:
 
 
 def one_model_scenario(model: str) -> object:
+    # The paper's one-request setting: a small token budget, so Qwen2.5-14B and its activation reserve fit
+    # the 32 GB RTX 5000 (at vLLM's defaults, 8,192 tokens and 256 sequences, they do not).
     return parse_scenario({
         "name": "mechanism", "profile": "paper-rtx5000",
         "cluster": {"nodes": 1, "gpus_per_node": 1},
+        "engine": {"max_num_seqs": 4, "max_num_batched_tokens": 2048},
         "models": [{"name": model}],
         "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
                                    "mix": {model: 1.0}, "prompt_tokens": {"dist": "constant", "value": 500},
@@ -95,18 +98,15 @@ def test_reload_of_qwen_14b_on_rtx5000_is_the_published_6_70_s():
     assert len(loads) == 1 and loads["duration_s"].iloc[0] == pytest.approx(6.70, abs=1e-9)
 
 
-def test_offloaded_decode_step_at_share_0_8_follows_the_formula():
-    costs = model_costs("qwen3-8b")
-    batch, context = 8, 8000
-    layers = costs.num_layers
-    on_gpu = round(0.8 * layers)
-    on_cpu = layers - on_gpu
-    g, c = costs.gpu, costs.cpu
-    by_hand = (on_gpu * (g.decode_base_s + g.decode_per_seq_s * batch + g.decode_per_context_token_s * context)
-               + on_cpu * (c.decode_base_s + c.decode_per_seq_s * batch + c.decode_per_context_token_s * context)
-               + costs.boundary_s + costs.head_gpu_s)
-    assert costs.decode_step_s(batch, context, 0.8) == pytest.approx(by_hand, rel=1e-12)
-    assert costs.decode_step_s(batch, context, 0.8) > costs.decode_step_s(batch, context, 1.0)
+def test_offloaded_decode_matches_the_papers_figure_4_and_slows_as_layers_leave_the_gpu():
+    # Published (Figure 4, RTX 5000, Q4): at 80% of layers on the GPU, Llama-3-8B keeps < 60% of its decode
+    # throughput and Llama-2-70B > 85%.
+    for name, published_ok in (("llama-3-8b", lambda kept: kept < 0.60), ("llama-2-70b", lambda kept: kept > 0.85)):
+        costs = ModelCosts(load_profile("paper-rtx5000"), get_model(name), "q4")
+        kept = costs.decode_step_s(1, 500, 1.0) / costs.decode_step_s(1, 500, 0.8)
+        assert published_ok(kept), (name, kept)
+        steps = [costs.decode_step_s(1, 500, share / 10) for share in range(10, 0, -1)]
+        assert steps == sorted(steps), name  # every layer moved to the CPU costs time
 
 
 @pytest.mark.parametrize("mode", ["swap", "recompute"])

@@ -15,8 +15,7 @@ from sim.cli import app
 from sim.errors import MmsimError
 from sim.reports import build_report, load_run
 from sim.reports.compare import compare
-from sim.reports.stats import mean_ci
-from sim.reports.tables import verdict
+from sim.reports.verdict import verdict
 from sim.reports.data import by_policy
 
 POLICIES = ("static", "fcfs-swap")
@@ -60,7 +59,7 @@ def test_compare_keeps_every_run_folder(compared):
     report, runs, root = compared
     assert report.is_file()
     assert sorted(p.name for p in (root / "runs").iterdir()) == sorted(
-        f"tiny-{p}-s{s}" for p in POLICIES for s in (3, 4))
+        f"tiny-{p}-paper-rtx5000-s{s}" for p in POLICIES for s in (3, 4))
     assert {(r.policy, r.seed) for r in runs} == {(p, s) for p in POLICIES for s in (3, 4)}
 
 
@@ -84,7 +83,8 @@ def test_every_policy_section_and_plot_is_present(compared):
     for title in PLOT_TITLES:
         assert f"<h3>{title}</h3>" in text
     assert text.count("<svg") >= len(PLOT_TITLES)
-    assert "±" in text  # two seeds: confidence intervals in the table
+    assert "±" not in text and "2 seeds: no interval" in text  # two seeds are too few for an interval
+    assert "one seed" not in text and "mean over 2 seeds" in text  # captions match the number of seeds
     assert "mmsim compare scenarios/tiny.yaml --policies static,fcfs-swap --seeds 2" in text
 
 
@@ -103,6 +103,29 @@ def test_report_refuses_a_folder_without_runs(tmp_path):
         CliRunner().invoke(app, ["report", str(tmp_path)], catch_exceptions=False)
 
 
+def test_compare_never_replaces_a_finished_run_without_force(compared):
+    _, _, root = compared
+    scenario = root / "tiny.yaml"
+    with pytest.raises(MmsimError, match="already holds a finished run"):
+        compare(scenario, ["static"], seeds=1, out=root / "again.html", runs_dir=root / "runs", show_progress=False)
+    assert not (root / "again.html").exists()
+
+
+def test_compare_prints_the_verdict_and_ranking_before_the_path(tmp_path):
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(yaml.safe_dump({**SCENARIO, "workload": {"generator": {
+        **SCENARIO["workload"]["generator"], "duration_s": 10}}}))
+    result = CliRunner().invoke(app, ["compare", str(scenario), "--policies", "static,swap-aware", "--out",
+                                      str(tmp_path / "r.html"), "--runs-dir", str(tmp_path / "runs")],
+                                env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    text, flat = result.output, " ".join(result.output.split())  # the console may wrap at 80 columns
+    assert flat.index("dropped ones as misses") < flat.index("ranking (goodput") < flat.index("report:")
+    assert "TTFT" in text and "completed" in text
+    ranked = [line for line in text.splitlines() if line.startswith("│ 1 ") or line.startswith("│ 2 ")]
+    assert len(ranked) == 2 and text.rstrip().splitlines()[-1].startswith("report:")
+
+
 def test_unknown_policy_fails_before_running(tmp_path):
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
@@ -111,27 +134,21 @@ def test_unknown_policy_fails_before_running(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
-def test_mean_ci_uses_student_t():
-    mean, half = mean_ci([1.0, 2.0, 3.0])
-    assert mean == pytest.approx(2.0)
-    assert half == pytest.approx(4.303 / 3**0.5, rel=1e-3)
-    assert mean_ci([5.0]) == (5.0, None)
-    assert mean_ci([]) == (None, None)
-
-
 def test_verdict_names_the_winner_and_margin(compared):
     runs = compared[1]
     sentence = verdict(by_policy(runs))
     assert "goodput" in sentence and "SLO attainment" in sentence
     assert any(f"<b>{p}</b>" in sentence for p in POLICIES)
-    assert "over <b>" in sentence
+    assert "over <b>" in sentence or "tied with <b>" in sentence
+    assert "dropped ones as misses" in sentence
 
 
 def test_single_run_report(compared, tmp_path):
     run = load_run(compared[1][0].path)
     out = build_report([run], tmp_path / "one.html")
     text = out.read_text(encoding="utf-8")
-    assert "Only one policy" in text and "run with --seeds N" in text
+    assert "Only one policy" in text and "1 seed: no interval" in text
+    assert "one seed" in text and "mean over" not in text and "whiskers: 95%" not in text
     html5lib.HTMLParser(strict=True).parse(text)
 
 

@@ -36,9 +36,10 @@ def test_targets_cover_the_paper(checks):
     names = " | ".join(checks)
     for platform in ("rtx5000", "a6000"):
         for model in ("qwen2.5-3b", "qwen3-8b", "qwen2.5-14b"):
-            for key in compare.TABLE_II_KEYS:
+            for key in compare.TABLE_II_TARGET_KEYS:
                 assert f"{platform} Table II {model} {key}" in checks
             assert f"{platform} Table III KV {model}" in checks
+        assert f"{platform} KV link fit within 25%" in checks
         assert f"{platform} Figure 5 qwen3-8b->qwen2.5-14b flat" in checks
         assert f"{platform} Figure 4 order 8B < 32B < 70B" in checks
         assert f"{platform} Figure 4 Llama-2-70B > 0.85 at 80% (out 1000)" in checks
@@ -50,9 +51,27 @@ def test_table_ii_within_three_percent(results):
     ref = compare.reference()
     for result in results:
         for model, cells in compare.table_ii(result).items():
-            for key in ("kv_gpu_to_cpu_s", "unload_s", "reload_s", "kv_cpu_to_gpu_s", "total_s"):
+            for key in ("unload_s", "reload_s", "total_s"):
                 published = ref["table_ii"][result.platform][model][key]
                 assert cells[key] == pytest.approx(published, rel=0.03), (result.platform, model, key)
+
+
+# Published KV transfer times (ms) and what one link model per direction fitted to all of them gives. The
+# "was" column is the per-model fixed-cost model this fit replaced: Table II exact, Table III +57.8% / -42.9%.
+KV_POINTS_RTX5000 = {  # (published, bound): every point within 25% of the shared fit, and 14B at N=100 far better
+    "Table III qwen2.5-14b gpu_to_cpu_ms at 100": (8.7, 0.05),
+    "Table III qwen2.5-14b cpu_to_gpu_ms at 100": (12.0, 0.25),
+    "Table III qwen2.5-14b gpu_to_cpu_ms at 5000": (86.7, 0.15),
+    "Table III qwen2.5-14b cpu_to_gpu_ms at 5000": (62.5, 0.05),
+}
+
+
+def test_kv_link_is_fitted_to_every_published_point(results):
+    errors = dict(compare.kv_fit_errors(results[0], compare.reference()))
+    assert len(errors) == 2 * 3 + 4  # Table II's two directions for three models, Table III's four points
+    for label, (_, bound) in KV_POINTS_RTX5000.items():
+        assert abs(errors[label]) <= bound, (label, errors[label])
+    assert max(abs(e) for e in errors.values()) < max(0.578, 0.429) / 2
 
 
 def test_preemption_happens_after_exactly_n_tokens(results):
@@ -152,8 +171,34 @@ def test_packaged_reference_matches_shared(shared):
     assert compare.reference() == yaml.safe_load((shared / "paper" / "reference.yaml").read_text())
 
 
-def test_profile_builder_is_deterministic(repo, shared, tmp_path):
-    subprocess.run([sys.executable, str(repo / "scripts" / "build_profiles.py"), "--out", str(tmp_path),
+def _build_profiles(repo, shared, out) -> None:
+    subprocess.run([sys.executable, str(repo / "scripts" / "build_profiles.py"), "--out", str(out),
                     "--reference", str(shared / "paper" / "reference.yaml")], check=True, cwd=repo, capture_output=True)
-    for name in ("paper-rtx5000", "paper-a6000"):
-        assert (tmp_path / f"{name}.json").read_bytes() == (repo / "sim" / "data" / "profiles" / f"{name}.json").read_bytes()
+
+
+def _numbers_close(built, committed, path="") -> None:
+    """Same structure and text; numbers equal to 1e-9 relative (another CPU's BLAS may differ in the last bits)."""
+    if isinstance(built, dict):
+        assert built.keys() == committed.keys(), path
+        for key in built:
+            _numbers_close(built[key], committed[key], f"{path}.{key}")
+    elif isinstance(built, list):
+        assert len(built) == len(committed), path
+        for i, (a, b) in enumerate(zip(built, committed)):
+            _numbers_close(a, b, f"{path}[{i}]")
+    elif isinstance(built, float):
+        assert built == pytest.approx(committed, rel=1e-9, abs=1e-300), path
+    else:
+        assert built == committed, path
+
+
+def test_profile_builder_is_deterministic(repo, shared, tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    _build_profiles(repo, shared, first)
+    _build_profiles(repo, shared, second)
+    names = sorted(path.name for path in first.glob("*.json"))
+    assert names == sorted(path.name for path in (repo / "sim" / "data" / "profiles").glob("*.json"))
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+        committed = json.loads((repo / "sim" / "data" / "profiles" / name).read_text())
+        _numbers_close(json.loads((first / name).read_text()), committed, name)

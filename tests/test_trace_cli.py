@@ -89,7 +89,7 @@ BAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,5,5\n2023-11
     (["trace", "stats", "{bad}"], "unknown column 'TIMESTAMP'"),
     (["trace", "merge", "{bad}", "{out}"], "unknown column 'TIMESTAMP'"),
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "0", "--mix", "qwen3-8b=1"],
-     "arrivals.poisson.rate_per_s: Input should be greater than 0"),
+         "arrivals.poisson.rate_per_s: Input should be greater than or equal to"),
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1"], "give the model mix"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
@@ -133,7 +133,7 @@ def test_generate_is_deterministic_and_reads_scenarios(tmp_path, capsys):
 def test_entry_point_exit_code():
     result = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "trace", "stats", "missing.csv"],
                             capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 2 and result.stderr.strip() == "error: missing.csv: file not found"
+    assert result.returncode == 2 and result.stderr.strip() == "error: missing.csv: trace file not found"
 
 
 def test_shipped_traces_are_reproducible(tmp_path, capsys):

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "sim.cli.reproduce_cmds",
     "sim.cli.report_cmds",
     "sim.cli.sweep_cmds",
+    "sim.cli.validate_cmds",
 )
 """Each module registers its commands on ``app`` when imported."""
 
@@ -35,13 +36,42 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module)
 
 
-def main() -> None:
-    """Entry point: user errors print one line and exit with code 2."""
+MAX_MESSAGE_CHARS = 2000
+"""An error message is cut to this length: a message must never echo a multi-megabyte field."""
+
+
+def error_line(error: Exception | str) -> str:
+    """The one line printed for a user error: printable whatever it quotes, and not too long."""
+    message = str(error).encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates cannot be printed
+    return message if len(message) <= MAX_MESSAGE_CHARS else f"{message[:MAX_MESSAGE_CHARS]}... (cut)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors, and writes failing for want of space or permission, print one line and exit 2."""
+    from sim.files import disk_error
+
     try:
-        app()
+        code = app(args=argv, standalone_mode=False)
+    except typer.Abort:
+        stderr.print("interrupted")
+        sys.exit(130)
+    except typer.TyperException as error:  # a bad flag or argument: one line too, not a box
+        context = getattr(error, "ctx", None)
+        message = error.format_message() if hasattr(error, "format_message") else str(error)
+        if message.strip():  # empty when the group's help was printed instead (no command given)
+            hint = f" (see {context.command_path} --help)" if context is not None else ""
+            stderr.print(f"[bold red]error:[/] {escape(error_line(message))}{hint}", highlight=False, soft_wrap=True)
+        sys.exit(getattr(error, "exit_code", 2))
     except MmsimError as error:
-        stderr.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(error_line(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
+    except OSError as error:
+        problem = disk_error(error, error.filename or "output")
+        if problem is None:
+            raise
+        stderr.print(f"[bold red]error:[/] {escape(error_line(problem))}", highlight=False, soft_wrap=True)
+        sys.exit(problem.exit_code)
     except KeyboardInterrupt:
         stderr.print("interrupted")
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from sim.cli import app
+from sim.errors import MmsimError
 
 calibrate_app = typer.Typer(help="Measure this machine (torch microbenchmarks) into a hardware profile.",
                             invoke_without_command=True)
@@ -23,15 +24,39 @@ def calibrate(
     gpu: int = typer.Option(None, "--gpu", help="CUDA GPU index to calibrate (the default is GPU 0)"),
     device: str = typer.Option(None, "--device", help="cpu (CPU-only machines), cuda or cuda:N"),
     models: str = typer.Option(None, "--models", help="comma-separated catalogue models "
-                               "(default: qwen2.5-3b with --quick, else qwen2.5-3b,qwen3-8b,qwen2.5-14b)"),
+                               "(default: qwen2.5-3b with --quick, else qwen2.5-3b,qwen3-8b,qwen2.5-14b); "
+                               "with --engine vllm one model (default on the CPU: a 2-layer random-weight Qwen2)"),
     quick: bool = typer.Option(False, "--quick", help="small grids: under a minute on a CPU-only machine"),
     out: Path = typer.Option(None, "--out", help="profile JSON to write (default: ./calibrated-<device>.json)"),
     dtype: str = typer.Option("fp16", "--dtype", help="weight and KV dtype: fp16, bf16 or fp32"),
     workdir: Path = typer.Option(None, "--workdir", help="folder for scratch checkpoints (default: the --out folder)"),
-    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the cores not busy with other work)"),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the cores not busy with "
+                                "other work; with --engine vllm: 1)"),
+    engine: str = typer.Option("torch", "--engine", help="torch: time mmsim's own layers; vllm: probe a real vLLM engine"),
+    config: Path = typer.Option(None, "--config", help="a Hugging Face config.json to calibrate instead of a catalogue "
+                                "model (--models then names it; default: its folder's name)"),
+    base: Path = typer.Option(None, "--base", help="with --engine vllm: a profile (from mmsim calibrate) to add the "
+                              "model to, for its measured link and weight figures"),
+    max_num_seqs: int = typer.Option(16, "--max-num-seqs", min=1, help="with --engine vllm: the engine's batch limit"),
+    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", min=16, help="with --engine vllm"),
+    block_size: int = typer.Option(32, "--block-size", min=1, help="with --engine vllm (a multiple of 32 on the CPU)"),
+    kv_cache_gib: float = typer.Option(1.0, "--kv-cache-gib", min=0.01, help="with --engine vllm on the CPU: KV pool"),
 ) -> None:
-    """Run microbenchmarks on a GPU (or the CPU) and write a profile that `mmsim run` can use."""
+    """Measure a GPU (or the CPU), or a real vLLM engine on it, and write a profile that `mmsim run` can use."""
     if ctx.invoked_subcommand is not None:
+        return
+    if engine not in ("torch", "vllm"):
+        raise MmsimError(f"unknown --engine {engine!r}; expected torch or vllm")
+    target = _check_outputs(out or Path.cwd() / "calibrated.json", workdir)
+    if engine == "vllm":
+        from calibrate.vllm_engine import EngineLimits, require_vllm
+        require_vllm()
+        from calibrate.vllm_commands import calibrate_engine_command
+        limits = EngineLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              block_size=block_size, kv_cache_gib=kv_cache_gib, threads=threads or 1)
+        where = device or ("cpu" if gpu is None else f"cuda:{gpu}")
+        calibrate_engine_command(models, config, dtype, where, limits, quick, out or Path.cwd() / "calibrated-vllm.json",
+                                 workdir or target.parent, base)
         return
     _require_calibrate()
     from calibrate.commands import calibrate_command
@@ -60,6 +85,18 @@ def validate(
     from calibrate.validate import LoopShape
     validate_command(profile, model, device, LoopShape(layers, cpu_layers, batch, prompt_tokens, new_tokens),
                      repeats, as_json, record, threads)
+
+
+def _check_outputs(out: Path, workdir: Path | None) -> Path:
+    """Before minutes of measuring: the profile's folder and the scratch folder must be writable (one line, exit 2)."""
+    from sim.files import check_output_dir
+
+    if out.is_dir():
+        raise MmsimError("is a folder; give the profile's file name", source=str(out))
+    check_output_dir(out.parent if str(out.parent) else Path("."))
+    if workdir is not None:
+        check_output_dir(workdir)
+    return out
 
 
 def _require_calibrate() -> None:

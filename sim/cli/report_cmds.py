@@ -5,12 +5,39 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
+from rich.table import Table
 
 from sim.cli import app
 from sim.cli.common import console
 from sim.errors import MmsimError
+from sim.reports.metrics import DROP_THRESHOLD
 
 SWEEP_INDEXES = ("index.csv", "index.parquet")
+THRESHOLD_HELP = "share of dropped requests above which a policy is never marked best on latency (0.01 = 1%)"
+RANKING_COLUMNS = (("#", "right"), ("policy", "left"), ("goodput req/s", "right"), ("SLO attain.", "right"),
+                   ("completed / dropped", "right"), ("TTFT p90 s", "right"), ("TPOT p90 s", "right"))
+
+
+def _check_threshold(value: float) -> None:
+    if not 0 <= value <= 1:
+        raise MmsimError(f"--drop-threshold must be a share between 0 and 1 (0.01 is 1%), not {value}")
+
+
+def print_ranking(groups: dict, threshold: float) -> None:
+    """The verdict sentence and a compact ranking table (best first) on the terminal."""
+    from sim.reports.verdict import ranking_rows, verdict
+
+    console.print(verdict(groups, threshold, strong=lambda name: f"[bold]{escape(name)}[/]"), highlight=False)
+    ranked = Table(title="ranking (goodput, then SLO attainment; drops count as misses)", title_justify="left")
+    for name, justify in RANKING_COLUMNS:
+        ranked.add_column(name, justify=justify)
+    for row in ranking_rows(groups, threshold):
+        ranked.add_row(*(escape(cell) for cell in row))
+    console.print(ranked)
+    if any("†" in row[-1] for row in ranking_rows(groups, threshold)):
+        console.print(f"† dropped more than {threshold:.0%} of its requests: latency covers only those it served",
+                      highlight=False)
 
 
 def _size(path: Path) -> str:
@@ -24,16 +51,28 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
                 seeds: int = typer.Option(1, "--seeds", "-n", help="run seeds scenario.seed … scenario.seed+N-1"),
                 out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/NAME.html)"),
                 runs_dir: Path = typer.Option(Path("reports/runs"), "--runs-dir", help="where each run's folder is kept"),
-                mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)")) -> None:
-    """Simulate a scenario under each policy (and seed) and write one self-contained HTML comparison report."""
+                mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)"),
+                drop_threshold: float = typer.Option(DROP_THRESHOLD, "--drop-threshold", help=THRESHOLD_HELP),
+                force: bool = typer.Option(False, "--force", help="replace run folders that hold a finished run")) -> None:
+    """Simulate a scenario under each policy (and seed), print the verdict and ranking, and write one
+    self-contained HTML comparison report."""
     if mode not in ("fast", "exact"):
         raise MmsimError(f"--mode must be fast or exact, not {mode!r}")
+    _check_threshold(drop_threshold)
     from sim.reports.compare import compare
+    from sim.reports.data import by_policy
 
+    from sim.files import check_output_dir, check_output_file
+
+    if out is not None:
+        check_output_file(out)  # before the runs, not after them
+    check_output_dir(runs_dir)
     names = [name.strip() for name in policies.split(",") if name.strip()]
-    report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode)
-    console.print(f"{len(runs)} runs kept under [bold]{runs_dir}[/]")
-    console.print(f"report: [bold]{report}[/] ({_size(report)})")
+    report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode,
+                           threshold=drop_threshold, force=force)
+    print_ranking(by_policy(runs), drop_threshold)
+    console.print(f"{len(runs)} runs kept under [bold]{escape(str(runs_dir))}[/]")
+    console.print(f"report: [bold]{escape(str(report))}[/] ({_size(report)})")
 
 
 def _run_folders(paths: list[Path]) -> list[Path]:
@@ -67,8 +106,13 @@ def _sweep_report(sweep_dir: Path, out: Path | None) -> Path:
 @app.command("report")
 def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one sweep folder)"),
                out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/SCENARIO-report.html)"),
-               title: str = typer.Option(None, "--title", help="page title")) -> None:
-    """Build the HTML comparison report from saved run folders (or a sweep report from a sweep folder)."""
+               title: str = typer.Option(None, "--title", help="page title"),
+               allow_mixed: bool = typer.Option(False, "--allow-mixed", help="show runs of different scenarios, profiles "
+                                                "or engine builds as separate groups instead of refusing"),
+               drop_threshold: float = typer.Option(DROP_THRESHOLD, "--drop-threshold", help=THRESHOLD_HELP)) -> None:
+    """Build the HTML comparison report from saved run folders (or a sweep report from a sweep folder).
+    Refuses (exit 2) runs that differ in scenario apart from policy and seed, profile or engine build."""
+    _check_threshold(drop_threshold)
     sweeps = [p for p in runs if p.is_dir() and any((p / name).is_file() for name in SWEEP_INDEXES)]
     if sweeps:
         if len(runs) > 1:
@@ -76,9 +120,18 @@ def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one 
         report = _sweep_report(sweeps[0], out)
     else:
         from sim.reports import build_report, load_run
+        from sim.reports.comparable import comparable_groups
+        from sim.reports.data import by_policy
 
+        from sim.files import check_output_file, safe_name
+
+        if out is not None:
+            check_output_file(out)
         loaded = [load_run(folder) for folder in _run_folders(runs)]
-        out = out or Path("reports") / f"{loaded[0].summary.get('scenario', 'runs')}-report.html"
+        name = safe_name(str(loaded[0].summary.get("scenario", "runs")), "runs")
+        out = out or check_output_file(Path("reports") / f"{name}-report.html")
         with console.status(f"rendering {len(loaded)} runs"):
-            report = build_report(loaded, out, title)
-    console.print(f"report: [bold]{report}[/] ({_size(Path(report))})")
+            report = build_report(loaded, out, title, threshold=drop_threshold, allow_mixed=allow_mixed)
+        if len(comparable_groups(loaded)) == 1:  # mixed groups are ranked only on the page, each on its own
+            print_ranking(by_policy(loaded), drop_threshold)
+    console.print(f"report: [bold]{escape(str(report))}[/] ({_size(Path(report))})")

@@ -34,6 +34,10 @@ def paper(platform: str = typer.Option("all", "--platform", help="rtx5000, a6000
     """Run the paper's preemption (Table II, Figure 5, Table III) and offload (Figure 4) experiments."""
     if platform not in (*PLATFORMS, "all"):
         raise MmsimError(f"--platform must be rtx5000, a6000 or all, not {platform!r}")
+    if html_path is not None:
+        from sim.files import check_output_file
+
+        check_output_file(html_path)  # before minutes of experiments, not after
     from sim.reproduce import compare, report
     from sim.reproduce.experiments import run_platform
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 from pydantic import TypeAdapter, ValidationError
 
+from sim.catalogue import catalogue
 from sim.cli import app
 from sim.cli.common import console, print_json, table
 from sim.errors import MmsimError, pydantic_error_message
+from sim.files import check_output_file, check_regular_file, cut, load_yaml, parse_yaml
 from sim.workload.config import Arrivals, GeneratorConfig
 from sim.workload.generator import generate
 from sim.workload.importers import FORMATS, get_format
@@ -18,7 +19,7 @@ from sim.workload.merge import merge_streams
 from sim.workload.reader import read_trace
 from sim.workload.rows import ImportOptions, RowReport
 from sim.workload.stats import trace_stats
-from sim.workload.stats_plot import plot_stats
+from sim.workload.stats_plot import PLOT_SUFFIXES, plot_stats
 from sim.workload.writer import write_trace
 
 trace_app = typer.Typer(help="Import, merge, generate and summarise request traces.", no_args_is_help=True)
@@ -30,7 +31,8 @@ GENERATE_DEFAULTS = {
     "output_tokens": {"dist": "lognormal", "mean": 250, "cv": 1.0},
 }
 """What ``trace generate`` assumes without --config (the design's example lengths)."""
-CHUNK_ROWS = typer.Option(65536, "--chunk-rows", min=1, help="rows held in memory at a time")
+CHUNK_ROWS = typer.Option(65536, "--chunk-rows", min=1, max=1 << 24, help="rows held in memory at a time")
+SEED = typer.Option(0, "--seed", min=0, max=2**63 - 1, help="length-pairs: random seed of the arrivals")
 
 
 def parse_pairs(text: str, flag: str) -> dict[str, str]:
@@ -39,7 +41,7 @@ def parse_pairs(text: str, flag: str) -> dict[str, str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise MmsimError(f"expected NAME=VALUE[,NAME=VALUE...], got {item!r}", field=flag)
+            raise MmsimError(f"expected NAME=VALUE[,NAME=VALUE...], got {cut(item)!r}", field=flag)
         pairs[key.strip()] = value.strip()
     if not pairs:
         raise MmsimError("expected NAME=VALUE[,NAME=VALUE...]", field=flag)
@@ -47,8 +49,9 @@ def parse_pairs(text: str, flag: str) -> dict[str, str]:
 
 
 def _validate(adapter_type, data, source: str):
+    """Validate flag or file values strictly (``"16"`` is not a number) with finite numbers."""
     try:
-        return TypeAdapter(adapter_type).validate_python(data)
+        return TypeAdapter(adapter_type).validate_python(data, strict=True)
     except ValidationError as error:
         raise pydantic_error_message(error, source) from None
 
@@ -73,11 +76,13 @@ def trace_import(
     rate: float | None = typer.Option(None, help="length-pairs: arrivals per second"),
     process: str = typer.Option("poisson", help="length-pairs: arrival process, poisson or gamma"),
     cv: float | None = typer.Option(None, help="length-pairs: inter-arrival CV (gamma)"),
-    seed: int = typer.Option(0, help="length-pairs: random seed of the arrivals"),
+    seed: int = SEED,
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Import a public trace FORMAT file IN into a native trace OUT (times rebased to start at 0)."""
     get_format(fmt)  # an unknown name is reported before the files are looked at
+    check_regular_file(source, "trace file")
+    check_output_target(target)
     arrivals = None
     if fmt == "length-pairs":
         if rate is None:
@@ -101,10 +106,29 @@ def trace_merge(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Merge native traces (e.g. one per service, each imported with --model) into one, in time order."""
+    for path in sources:
+        check_regular_file(path, "trace file")
+    check_output_target(target)
     options = ImportOptions(check_models=False)
     streams = [read_trace(path, "mmsim", options, rows=chunk_rows) for path in sources]
     rows = write_trace(merge_streams(streams, chunk_rows), target)
     console.print(f"wrote {target}: {rows} requests from {len(sources)} traces", highlight=False, soft_wrap=True)
+
+
+def check_output_target(target: Path) -> None:
+    """A trace file to write: a known suffix, in a writable folder, not a folder or device (before reading)."""
+    from sim.workload.textfiles import file_kind
+
+    file_kind(target)
+    check_output_file(target)
+
+
+def _scalar(text: str, flag: str):
+    """A flag's value read as a YAML scalar (``1e3`` a number, ``abc`` text)."""
+    value = parse_yaml(text, flag)
+    if isinstance(value, (dict, list)):
+        raise MmsimError(f"expected a number or a name, got {cut(text)!r}", field=flag)
+    return value
 
 
 def parse_length(text: str, flag: str) -> dict:
@@ -112,7 +136,7 @@ def parse_length(text: str, flag: str) -> dict:
     dist, _, rest = text.partition(",")
     spec = {"dist": dist.strip()}
     if rest.strip():
-        spec.update({key: yaml.safe_load(value) for key, value in parse_pairs(rest, flag).items()})
+        spec.update({key: _scalar(value, flag) for key, value in parse_pairs(rest, flag).items()})
     return spec
 
 
@@ -121,31 +145,29 @@ def parse_windows(text: str) -> list[list[float]]:
     try:
         return [[float(part) for part in item.split(":")] for item in text.split(",") if item.strip()]
     except ValueError:
-        raise MmsimError(f"expected START:RATE[:CV],..., got {text!r}", field="--windows") from None
+        raise MmsimError(f"expected START:RATE[:CV],..., got {cut(text)!r}", field="--windows") from None
 
 
 def load_generator_file(path: Path) -> tuple[dict, int | None]:
-    """The generator mapping (and the scenario seed, if any) from a scenario, workload or generator YAML."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise MmsimError(f"cannot read ({error.strerror})", source=str(path)) from None
-    except yaml.YAMLError as error:
-        raise MmsimError(f"not valid YAML ({str(error).splitlines()[0]})", source=str(path)) from None
+    """The generator mapping, the scenario seed (if any) and the names its models serve, from a scenario,
+    workload or generator YAML."""
+    data = load_yaml(path, "generator file")
     if not isinstance(data, dict):
         raise MmsimError("expected a mapping", source=str(path))
-    seed = data.get("seed") if isinstance(data.get("seed"), int) else None
+    seed = data.get("seed") if isinstance(data.get("seed"), int) and not isinstance(data.get("seed"), bool) else None
+    models = data.get("models") if isinstance(data.get("models"), list) else []
+    aliases = {entry["alias"] for entry in models if isinstance(entry, dict) and isinstance(entry.get("alias"), str)}
     for key in ("workload", "generator"):
         if isinstance(data.get(key), dict):
             data = data[key]
-    return data, seed
+    return data, seed, aliases
 
 
 @trace_app.command("generate")
 def trace_generate(
     target: Path = typer.Option(..., "--out", help="native trace to write (.csv, .jsonl or .parquet)"),
     config: Path | None = typer.Option(None, help="YAML: a scenario, its workload, or a generator mapping"),
-    seed: int | None = typer.Option(None, help="random seed (default: the scenario's, else 0)"),
+    seed: int | None = typer.Option(None, min=0, max=2**63 - 1, help="random seed (default: the scenario's, else 0)"),
     duration_s: float | None = typer.Option(None, "--duration", help="seconds of arrivals"),
     max_requests: int | None = typer.Option(None, "--max-requests", help="stop after this many requests"),
     process: str | None = typer.Option(None, help="poisson, gamma, rate-series or servegen"),
@@ -161,11 +183,12 @@ def trace_generate(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Generate a synthetic trace (same seed, same bytes)."""
+    check_output_target(target)
     if config is not None:
-        data, config_seed = load_generator_file(config)
+        data, config_seed, aliases = load_generator_file(config)
         source, base_dir = str(config), config.parent
     else:
-        data, config_seed = dict(GENERATE_DEFAULTS), None
+        data, config_seed, aliases = dict(GENERATE_DEFAULTS), None, set()
         source, base_dir = "trace generate options", Path.cwd()
     arrivals = dict(data.get("arrivals") or {})
     if process is not None and process != arrivals.get("process"):
@@ -176,7 +199,7 @@ def trace_generate(
     data.update({key: value for key, value in {"duration_s": duration_s, "max_requests": max_requests}.items()
                  if value is not None})
     if mix is not None:
-        data["mix"] = {name: yaml.safe_load(weight) for name, weight in parse_pairs(mix, "--mix").items()}
+        data["mix"] = {name: _scalar(weight, "--mix") for name, weight in parse_pairs(mix, "--mix").items()}
     if zipf is not None or models is not None:
         data["mix"] = {"zipf": zipf, "models": [name.strip() for name in (models or "").split(",") if name.strip()]}
     if prompt is not None:
@@ -186,7 +209,13 @@ def trace_generate(
     if "mix" not in data:
         raise MmsimError("give the model mix: --mix NAME=WEIGHT,... or --zipf S --models a,b,c")
     generator = _validate(GeneratorConfig, data, source)
+    unknown = [name for name in generator.model_names() if name not in catalogue() and name not in aliases]
+    if unknown:
+        raise MmsimError(f"model {cut(unknown[0])!r} is not a catalogue model (see mmsim models list)",
+                         source=source, field="mix")
     seed = seed if seed is not None else (config_seed or 0)
+    if not 0 <= seed <= 2**63 - 1:
+        raise MmsimError(f"the seed must be from 0 to 2**63-1, not {seed}", source=source, field="seed")
     rows = write_trace(generate(generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
                                 field="generator"), target)
     console.print(f"wrote {target}: {rows} requests (seed {seed})", highlight=False, soft_wrap=True)
@@ -204,9 +233,14 @@ def trace_stats_cmd(
 ) -> None:
     """Count, span, rate, burstiness, model shares and length percentiles of a trace."""
     single_model = fmt in FORMATS and not FORMATS[fmt].model_column
+    if plot is not None:
+        if plot.suffix.lower() not in PLOT_SUFFIXES:
+            raise MmsimError(f"plot file must end in {' or '.join(PLOT_SUFFIXES)}", source=str(plot))
+        check_output_file(plot)
+    # Native traces name catalogue models (as trace import and run require); other formats carry their own labels.
     options = ImportOptions(model=model or (path.stem if single_model else None),
                             model_map=parse_pairs(model_map, "--model-map") if model_map else None,
-                            skip_bad=skip_bad, check_models=False)
+                            skip_bad=skip_bad, check_models=fmt == "mmsim" and model is None)
     stats = trace_stats(read_trace(path, fmt, options))
     summary = stats.summary()
     if plot is not None:

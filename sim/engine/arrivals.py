@@ -20,6 +20,8 @@ from sim.engine.engine import Engine
 from sim.engine.request import Request
 
 INF = math.inf
+SAME_INSTANT_EVENTS = 2_000_000
+"""Events processed between two looks at the clock; a clock that has not moved in that many is a livelock."""
 
 
 class ArrivalStream:
@@ -106,6 +108,7 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
     the clock to an arrival sets SimPy's ``_now``, the one private attribute relied on."""
     queue = env._queue
     engine.all_done.callbacks.append(StopSimulation.callback)
+    steps, instant = 0, -1.0
     try:
         while True:
             if arrivals.next_time <= (queue[0][0] if queue else INF):
@@ -115,5 +118,11 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
                 arrivals.release()
             else:
                 env.step()
+                steps += 1
+                if steps >= SAME_INSTANT_EVENTS:
+                    # Millions of events without the clock moving: a loop of decisions that take no time.
+                    if env._now == instant:
+                        engine.progress.stop(env._now)
+                    steps, instant = 0, env._now
     except (StopSimulation, EmptySchedule):
         return

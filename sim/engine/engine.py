@@ -20,6 +20,8 @@ from sim.engine import residency
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
+from sim.engine.memory import fitting_tokens, reserve_bytes
+from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
 from sim.engine.request import Request
 from sim.engine.transfers import Node
@@ -36,13 +38,16 @@ class EngineConfig:
     chunked_prefill: bool = True
     gpu_memory_utilization: float = 0.9
     preemption_mode: str = "recompute"
+    progress_horizon_s: float = 3600.0
+    progress_max_loads: int = 1000
 
 
 class Engine:
     """Runs one scenario's requests through a cluster under one policy."""
 
     def __init__(self, env: simpy.Environment, gpus: list[Gpu], nodes: list[Node], model_names: list[str],
-                 costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True):
+                 costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True,
+                 max_model_lens: list[int | None] | None = None, gpu_shares: list[float] | None = None):
         self.env = env
         self.gpus = gpus
         self.nodes = nodes
@@ -65,22 +70,40 @@ class Engine:
         self.arrivals_done = False
         self.all_done = env.event()
         self._next_uid = 0
-        self._max_kv_tokens = [self._largest_kv_tokens(c) for c in costs]
+        self._admissions = 0
+        self.reserve_bytes = [reserve_bytes(c.spec, config.max_num_batched_tokens, config.max_num_seqs) for c in costs]
+        shares = gpu_shares or [1.0] * len(model_names)
+        wanted = max_model_lens or [None] * len(model_names)
+        self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
+        self.progress = ProgressGuard(self)
         from sim.policies.view import ClusterView  # the view wraps the engine; imported late to avoid a cycle
         self.view = ClusterView(self)
         for gpu in gpus:
             gpu.start(self)
 
     # -- arrivals and routing ------------------------------------------------------------------------
-    def _largest_kv_tokens(self, costs: ModelCosts) -> int:
-        """Tokens of KV the biggest GPU could hold next to the least of this model's weights a policy could
-        place there (all layers offloaded): a request needing more can never run anywhere."""
-        best = max(g.capacity_bytes for g in self.gpus) - costs.gpu_weight_bytes(0.0)
-        return max(0, best // costs.kv_bytes_per_token)
+    def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
+        """GPU memory an instance of ``model`` takes before any KV block: its weights there and its reserve."""
+        return self.costs[model].gpu_weight_bytes(gpu_share) + self.reserve_bytes[model]
+
+    def _max_model_len(self, model: int, gpu_share: float, wanted: int | None) -> int:
+        """vLLM's ``max_model_len``: the longest prompt + output a deployment accepts. By default what fits the
+        KV room beside its footprint on the largest GPU; a longer setting is refused, as vLLM refuses to start."""
+        block_bytes = self.config.block_size * self.costs[model].kv_bytes_per_token
+        fits = fitting_tokens(max(g.capacity_bytes for g in self.gpus), self.footprint_bytes(model, gpu_share),
+                              block_bytes, self.config.block_size)
+        if wanted is None or fits == 0:
+            return fits
+        if wanted > fits:
+            from sim.errors import MmsimError
+            raise MmsimError(f"max_model_len {wanted:,} is more than the {fits:,} tokens of KV room beside the model's "
+                             f"weights and activation reserve on the largest GPU", field=f"models.{self.model_names[model]}")
+        return wanted
 
     def arrive(self, request: Request) -> None:
-        if request.prompt_tokens + request.output_tokens > self._max_kv_tokens[request.model]:
-            self.drop(request, "exceeds_kv_capacity")
+        limit = self.max_model_len[request.model]
+        if request.prompt_tokens + request.output_tokens > limit:
+            self.drop(request, "exceeds_max_model_len" if limit else "model_exceeds_gpu")
             return
         self.outstanding += 1
         instance = self.policy.route(request, self.view) if self.hooks["route"] else self.least_loaded(request.model)
@@ -135,8 +158,8 @@ class Engine:
         step = gpu.current
         if step is None or step.instance is not instance or self.policy.reorders_waiting:
             return True
-        if len(instance.waiting) + len(instance.swapped) > 1:
-            return False  # FCFS: older requests are already blocked ahead of it
+        if instance.swapped or len(instance.waiting) > 1:
+            return False  # FCFS: older requests are already blocked ahead of it, or swapped ones hold it back
         if len(instance.running) + len(instance.prefilling) >= self.config.max_num_seqs:
             return False
         need = blocks_for((request.prefill_target if request.state == "waiting" else request.context_tokens) + 1,
@@ -179,6 +202,7 @@ class Engine:
             if blocks > instance.spare_blocks():
                 break
             waiting.popleft()
+            request.admitted_seq = self.next_admission()
             request.blocks = blocks
             instance.blocks += blocks
             request.state = "prefilling"
@@ -206,6 +230,7 @@ class Engine:
             if blocks_for(request.context_tokens + 1, self.config.block_size) > instance.spare_blocks():
                 break
             instance.swapped.popleft()
+            request.admitted_seq = self.next_admission()
             seconds = self.nodes[instance.gpu.node].transfer(now + transfer_s, instance.costs.kv_transfer_s(request.context_tokens, "host_to_device"), "host_to_device")
             transfer_s += seconds
             request.add_loss("kv_in", seconds)
@@ -240,7 +265,7 @@ class Engine:
             request.add_loss("kv_out", seconds)
             request.kv_on_host_node = node.index
             request.state = "swapped"
-            instance.swapped.appendleft(request)
+            instance.swapped.append(request)  # vLLM v0's order: the first swapped out comes back first
         else:
             mode = "recompute"
             self._set_recompute(request)
@@ -298,6 +323,10 @@ class Engine:
 
     def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
         return residency.unload(self, instance, mode, keep_on_host)
+
+    def next_admission(self) -> int:
+        self._admissions += 1
+        return self._admissions
 
     def new_uid(self) -> int:
         self._next_uid += 1

@@ -43,8 +43,8 @@ class Gpu:
     def used_bytes(self) -> int:
         if len(self.instances) == 1:  # the common case, on the hot path of every step
             only = self.instances[0]
-            return only.weight_bytes + only.blocks * only.block_bytes
-        return sum(instance.weight_bytes + instance.blocks * instance.block_bytes for instance in self.instances)
+            return only.resident_bytes + only.blocks * only.block_bytes
+        return sum(instance.resident_bytes + instance.blocks * instance.block_bytes for instance in self.instances)
 
     def free_bytes(self) -> int:
         return self.capacity_bytes - self.used_bytes()
@@ -166,6 +166,8 @@ class Gpu:
         instance.busy_s += elapsed
         self.busy_s += elapsed
         instance.last_used_s = now
+        if step.iterations:
+            engine.progress.made(now)
         instance.complete(engine, step, step.iterations, now)
         self.blocked.clear()
         engine.after_step(instance)

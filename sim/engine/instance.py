@@ -38,7 +38,7 @@ class Instance:
     """One model resident (or loading, or draining) on one GPU."""
 
     def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
-                 engine_config: EngineConfig):
+                 engine_config: EngineConfig, reserve_bytes: int = 0):
         self.uid = uid
         self.model = model
         self.name = name
@@ -48,6 +48,9 @@ class Instance:
         self.config = engine_config
         self.status = "loading"
         self.weight_bytes = costs.gpu_weight_bytes(gpu_share)
+        # Activation peak and non-torch memory (sim.engine.memory): held beside the weights, never KV.
+        self.reserve_bytes = reserve_bytes
+        self.resident_bytes = self.weight_bytes + reserve_bytes
         self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
@@ -146,27 +149,34 @@ class Instance:
     def plan(self, engine: Engine, now: float, fast: bool) -> Step | None:
         """Form the next step at this iteration boundary, preempting when KV blocks run short."""
         # vLLM's order: running sequences get their blocks first (preempting if short), then swapped
-        # ones come back, then waiting ones start; nothing new starts in a step that preempted.
+        # ones come back, then waiting ones start; nothing new starts in a step that preempted, nor
+        # while a swapped request still waits to come back (vLLM v0's scheduler; v1's preempted
+        # requests wait at the head of the queue, to the same effect).
         transfer_s, preempted = 0.0, False
         while self.running and self.decode_blocks_needed() > self.free_blocks():
             transfer_s = max(transfer_s, engine.preempt_for_blocks(self, now))
             preempted = True
         if not preempted and self.swapped:
             transfer_s += engine.resume_swapped(self, now + transfer_s)
-        prefills = engine.admit(self, now, admit_new=not preempted) if self.prefilling or self.waiting else []
+        admit_new = not preempted and not self.swapped
+        prefills = engine.admit(self, now, admit_new=admit_new) if self.prefilling or self.waiting else []
         batch = len(self.running)
         forward = fast and not preempted and engine.may_fast_forward(self)
         if prefills:
             prefill_tokens = sum(chunk for _, chunk in prefills)
-            prefill_context = sum(request.prefilled for request, _ in prefills)
-            first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_context,
-                                                            self.gpu_share)
+            prefill_quadratic = sum(chunk * (chunk + 2 * request.prefilled) for request, chunk in prefills)
+            first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_quadratic,
+                                                            len(prefills), self.gpu_share)
             decodes, after_batch, after_context = self._window_after_prefill(engine, prefills) if forward else (0, 0, 0)
             if decodes == 0:
                 return Step(self, 1, None, batch, self.context_tokens + batch, prefills, first, transfer_s)
             coefficients = self._decode_coefficients(after_batch)[1]
             return Step(self, 1 + decodes, coefficients, after_batch, after_context, prefills, first, transfer_s)
         if not batch:
+            if transfer_s == 0 and preempted:
+                # The step preempted its last sequence (by recompute) and so has nothing to run: the next step
+                # starts at once, and may now bring back or admit what the preemption made room for.
+                return self.plan(engine, now, fast)
             return None if transfer_s == 0 else self._transfer_only(transfer_s)
         # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
         unscaled, coefficients = self._decode_coefficients(batch)
@@ -237,6 +247,8 @@ class Instance:
         A policy that reorders the queue may put another request at its head at any boundary."""
         if not self.waiting or len(self.running) + len(self.prefilling) >= self.config.max_num_seqs:
             return True  # swapped requests come back by KV room and batch size alone: they stay out too
+        if self.swapped:
+            return True  # and while one is out, nothing waiting starts
         if engine.policy.reorders_waiting:
             return False
         if not after_prefill:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from sim.engine.request import LOSS_CAUSES, Request
 
-DROP_REASONS = ("", "model_not_served", "exceeds_kv_capacity", "not_scheduled")
+DROP_REASONS = ("", "model_not_served", "exceeds_max_model_len", "model_exceeds_gpu", "not_placed", "not_scheduled")
 DROP_CODES = {reason: code for code, reason in enumerate(DROP_REASONS)}
 
 
@@ -63,7 +63,9 @@ class Recorder:
         frame["queue_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
         frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
         frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
-        decode_tokens = (frame["output_tokens"] - 1).clip(lower=1)
+        # As vLLM's benchmark: TPOT is over the tokens after the first, so a one-token output has none (NaN,
+        # left out of TPOT statistics rather than counted as 0).
+        decode_tokens = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
         frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_tokens
         ordered = ["id", "model", "status", "drop_reason", "arrival_s", "queue_s", "first_scheduled_s", "first_token_s",
                    "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "generated_tokens",

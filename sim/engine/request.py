@@ -24,7 +24,7 @@ class Request:
         "id", "model", "arrival_s", "prompt_tokens", "output_tokens", "predicted_output_tokens", "priority",
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "preempted_at_s",
-        "kv_on_host_node", "blocks", "pause_charged", "unplaced",
+        "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -55,6 +55,7 @@ class Request:
         self.blocks = 0
         self.pause_charged = 0.0
         self.unplaced = False  # in its model's pending queue (no instance holds it)
+        self.admitted_seq = 0  # when it last joined a batch (prefill admission or swap-in), in the engine's order
 
     def add_loss(self, cause: str, seconds: float) -> None:
         self.lost[LOSS_CAUSES.index(cause)] += seconds

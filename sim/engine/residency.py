@@ -32,10 +32,12 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
     The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk."""
     costs = engine.costs[model]
     gpu.cut_window()  # settle a fast-forward window so the memory check sees now, not its start
-    if costs.gpu_weight_bytes(gpu_share) > gpu.free_bytes() - gpu.in_flight_bytes():
+    if engine.footprint_bytes(model, gpu_share) > gpu.free_bytes() - gpu.in_flight_bytes():
         return None
     env = engine.env
-    instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config)
+    engine.progress.loaded(engine.model_names[model], env.now)
+    instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config,
+                        engine.reserve_bytes[model])
     gpu.instances.append(instance)
     engine.instances.append(instance)
     engine.instances_by_model[model].append(instance)
@@ -73,6 +75,7 @@ def unload(engine: Engine, instance: Instance, mode: str = "swap", keep_on_host:
     if instance.status not in ("ready", "loading"):
         return False
     instance.status = "draining"
+    engine.progress.unloaded(instance.name)
     engine.env.process(_drain(engine, instance, mode, keep_on_host))
     return True
 

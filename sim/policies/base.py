@@ -16,6 +16,11 @@ HOT_HOOKS = ("route", "on_arrival", "on_step", "on_finish")
 """Hooks called for every request or step; a policy that keeps the default costs nothing there."""
 
 
+def latest_admitted(instance):
+    """The request that joined ``instance``'s batch last (vLLM's ``running[-1]``): decoding or prefilling."""
+    return max((*instance.running, *instance.prefilling), key=lambda request: request.admitted_seq)
+
+
 class Policy:
     """Base class: FCFS queues, least-loaded routing, youngest-first recompute preemption.
 
@@ -75,8 +80,11 @@ class Policy:
         """Reorder ``instance.waiting`` in place before admission (default: FCFS, as vLLM)."""
 
     def choose_victim(self, instance, view):
-        """The running request to preempt when KV blocks run out, and how (``recompute`` or ``swap``)."""
-        return instance.running[-1], view.config.preemption_mode
+        """The request to preempt when KV blocks run out, and how (``recompute`` or ``swap``).
+
+        Default, as vLLM: the last request of the running batch, i.e. the most recently admitted one, even
+        when it is a prefill still in progress (which is then recomputed)."""
+        return latest_admitted(instance), view.config.preemption_mode
 
     # -- notifications ---------------------------------------------------------------------------
     def on_step(self, instance, view) -> None:

@@ -13,7 +13,7 @@ the other swapping policies.
 from __future__ import annotations
 
 from sim.engine.kv import blocks_for
-from sim.policies.base import Policy
+from sim.policies.base import Policy, latest_admitted
 from sim.policies.registry import register
 from sim.policies.static import static_placement
 
@@ -31,6 +31,13 @@ def oldest_pending(view):
     return min(heads, key=lambda r: (r.arrival_s, r.id)) if heads else None
 
 
+def holds_older(instance, request) -> bool:
+    """Whether ``instance`` holds a request that arrived before ``request`` (which then may not evict it)."""
+    key = (request.arrival_s, request.id)
+    return any((held.arrival_s, held.id) < key
+               for queue in (instance.running, instance.prefilling, instance.waiting, instance.swapped) for held in queue)
+
+
 def is_moving(gpu) -> bool:
     """A load or unload is in flight on this GPU (its memory picture is about to change)."""
     return any(i.status in ("loading", "draining") for i in gpu.instances)
@@ -38,6 +45,14 @@ def is_moving(gpu) -> bool:
 
 def live_instances(gpu) -> list:
     return [i for i in gpu.instances if i.status in ("ready", "loading")]
+
+
+def start_bytes(view, request) -> int:
+    """KV bytes ``request`` needs to start: its prompt (or the tokens it recomputes) plus the token it adds,
+    or, swapped out, its cache coming back. A model loaded next to others must leave at least this much."""
+    size = view.config.block_size
+    tokens = request.context_tokens if request.state == "swapped" else request.prefill_target
+    return blocks_for(tokens + 1, size) * size * view.costs(request.model).kv_bytes_per_token
 
 
 def kv_reserve_bytes(gpu, reserve_bytes: float, leaving=None) -> float:
@@ -51,7 +66,7 @@ def kv_reserve_bytes(gpu, reserve_bytes: float, leaving=None) -> float:
 
 def gpu_with_room(view, model: int, gpu_share: float = 1.0, reserve_bytes: float = 0.0):
     """A GPU whose free memory already holds the model's weights and the KV reserve (most free memory first), or None."""
-    need = view.costs(model).gpu_weight_bytes(gpu_share)
+    need = view.footprint_bytes(model, gpu_share)
     for gpu in view.gpus:
         view.sync(gpu)
     # The running step's new KV blocks count as taken, as the engine's own check does.
@@ -60,43 +75,77 @@ def gpu_with_room(view, model: int, gpu_share: float = 1.0, reserve_bytes: float
     return max(fitting, key=lambda g: (room[g.index], -g.index)) if fitting else None
 
 
-def room_after_evicting(view, model: int, victim, reserve_bytes: float = 0.0) -> bool:
-    """Whether unloading ``victim`` (weights and KV) leaves room on its GPU for ``model``'s weights and the KV reserve."""
-    view.sync(victim.gpu)
-    freed = victim.weight_bytes + victim.kv_bytes
-    reserve = kv_reserve_bytes(victim.gpu, reserve_bytes, leaving=victim)
-    return victim.gpu.free_bytes() + freed >= view.costs(model).gpu_weight_bytes(1.0) + reserve
+def eviction_group(view, model: int, candidates: list, reserve_bytes: float = 0.0) -> list | None:
+    """The first of ``candidates`` (instances on one GPU, in the order given) whose unloading leaves room there for
+    ``model``'s footprint and the KV reserve, or None when even all of them do not.
+
+    One victim is not always enough: a large model may need the memory of two small ones."""
+    if not candidates:
+        return None
+    gpu = candidates[0].gpu
+    view.sync(gpu)
+    free, group = gpu.free_bytes() - gpu.in_flight_bytes(), []
+    need = view.footprint_bytes(model)
+    for victim in candidates:
+        group.append(victim)
+        free += victim.resident_bytes + victim.kv_bytes
+        staying = [i for i in live_instances(gpu) if i not in group]
+        if free >= need + (reserve_bytes if staying else 0.0):
+            return group
+    return None
 
 
 def head_blocks(instance) -> int:
     """KV blocks the next queued request of ``instance`` needs to start (0 when nothing is queued)."""
     size = instance.config.block_size
-    if instance.swapped:
-        return blocks_for(instance.swapped[0].context_tokens, size)
+    if instance.swapped:  # its cache and the token it decodes in the step that brings it back
+        return blocks_for(instance.swapped[0].context_tokens + 1, size)
     if instance.waiting:
         return blocks_for(instance.waiting[0].prefill_target + 1, size)
     return 0
 
 
-def unblock(view, gpu) -> None:
-    """Unload idle co-resident instances while a queued request on ``gpu`` cannot get its KV blocks.
+def oldest_held(instance) -> tuple[float, int]:
+    """(arrival, id) of the oldest request ``instance`` holds; infinitely late when it holds none."""
+    return min(((r.arrival_s, r.id) for queue in (instance.running, instance.prefilling, instance.waiting, instance.swapped)
+                for r in queue), default=(float("inf"), 0))
 
-    Without this an idle model's weights could keep a busy neighbour waiting forever.
+
+def stuck(instance) -> bool:
+    """Ready, running nothing, and holding queued work whose next request cannot get its KV blocks."""
+    return (instance.status == "ready" and not instance.running and not instance.prefilling
+            and 0 < head_blocks(instance) > instance.free_blocks())
+
+
+def unblock(view, gpu) -> None:
+    """Free KV room on ``gpu`` while a queued request there cannot get its blocks.
+
+    Idle co-resident instances are unloaded first: without this an idle model's weights could keep a busy
+    neighbour waiting forever. When nothing on the GPU runs at all and every instance only holds queued work
+    that cannot start (models packed with no KV room between them), all but the one holding the oldest request
+    are unloaded, their requests going back to be placed again: otherwise none of them would ever run.
     """
     view.sync(gpu)
+    for instance in gpu.instances:
+        view.order_waiting(instance)  # the head admission will try next is the one that must fit
     for instance in list(gpu.instances):
         if instance.status != "ready" or instance.running or instance.prefilling:
             continue
         need = head_blocks(instance)
         if need and need > instance.free_blocks():
-            for idle in gpu.instances:
-                if idle is not instance and idle.status == "ready" and not idle.has_work:
-                    view.unload(idle, mode="swap")
+            idle = [i for i in gpu.instances if i is not instance and i.status == "ready" and not i.has_work]
+            for neighbour in idle:
+                view.unload(neighbour, mode="swap")
+            if not idle and all(stuck(i) for i in gpu.instances):
+                keep = min(gpu.instances, key=lambda i: (oldest_held(i), i.uid))
+                for neighbour in gpu.instances:
+                    if neighbour is not keep:
+                        view.unload(neighbour, mode="swap")
             return
 
 
 def youngest_victim(instance, view):
-    """The engine's default victim (the youngest running request, the scenario's preemption mode).
+    """The engine's default victim (the most recently admitted request, the scenario's preemption mode).
 
     When it is the last running request, the instance may be left with queued work
     it cannot fit next to an idle neighbour; re-check that right after the preemption.
@@ -104,7 +153,7 @@ def youngest_victim(instance, view):
     if len(instance.running) == 1:
         gpu = instance.gpu
         view.call_at(view.now, lambda v: unblock(v, gpu))
-    return instance.running[-1], view.config.preemption_mode
+    return latest_admitted(instance), view.config.preemption_mode
 
 
 class Rechecks:
@@ -134,9 +183,12 @@ class FcfsSwapPolicy(Policy):
     "Least recently used" is the last time a request was routed to or finished
     on an instance: those moments are the same in fast-forward and
     per-iteration mode, so decisions never depend on how steps are grouped.
-    An instance must have been ready ``min_residency_s`` before it can be
-    evicted, only so that each load serves at least a moment of work (without
-    it two models could evict each other before either ran a step).
+    The FIFO is global over every request in the system, not only the
+    unplaced ones: an instance holding a request older than the head is never
+    evicted for it (else the head's model would evict the older request's
+    model and be evicted back for it, forever). An instance must also have
+    been ready ``min_residency_s`` before it can be evicted, so that each load
+    serves at least a moment of work.
     """
 
     name = "fcfs-swap"
@@ -188,18 +240,27 @@ class FcfsSwapPolicy(Policy):
         head = oldest_pending(view)
         if head is None or view.instances_of(head.model):
             return
-        gpu = gpu_with_room(view, head.model)
+        reserve = start_bytes(view, head)
+        gpu = gpu_with_room(view, head.model, reserve_bytes=reserve)
         if gpu is not None:
             view.load(head.model, gpu)
             return
         if any(is_moving(g) for g in view.gpus):
             return  # an unload in flight will free memory; decide again when it has
-        victims = [i for g in view.gpus for i in live_instances(g)
-                   if i.status == "ready" and room_after_evicting(view, head.model, i)]
-        evictable = [i for i in victims if view.now >= i.ready_at_s + self.min_residency_s]
-        if evictable:
-            victim = min(evictable, key=lambda i: (self.last_used_s.get(i.uid, 0.0), i.uid))
+        groups = []
+        for gpu in view.gpus:
+            candidates = sorted((i for i in live_instances(gpu) if i.status == "ready" and not holds_older(i, head)),
+                                key=lambda i: (self.last_used_s.get(i.uid, 0.0), i.uid))
+            group = eviction_group(view, head.model, candidates, reserve)
+            if group is not None:
+                groups.append((len(group), max(self.last_used_s.get(i.uid, 0.0) for i in group), gpu.index, group))
+        if not groups:
+            return  # every instance that could make room holds older requests: their completions re-plan
+        group = min(groups, key=lambda entry: entry[:3])[3]
+        settled_s = max(i.ready_at_s for i in group) + self.min_residency_s
+        if view.now < settled_s:
+            self.rechecks.at(view, "fifo", settled_s, self.schedule)
+            return
+        for victim in group:
             view.unload(victim, mode="swap")
-        elif victims:
-            self.rechecks.at(view, "fifo", min(i.ready_at_s for i in victims) + self.min_residency_s, self.schedule)
 

@@ -80,7 +80,7 @@ class OffloadAwarePolicy(SwapAwarePolicy):
                 share = gpu_layers / layers
                 if share < self.min_gpu_share or share <= best_share:
                     break
-                if costs.gpu_weight_bytes(share) <= room:
+                if view.footprint_bytes(model, share) <= room:
                     best_share, best_gpu = share, gpu
                     break
         return best_share, best_gpu

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 from pathlib import Path
 
 from sim.errors import MmsimError
@@ -28,11 +29,26 @@ def _load_builtins() -> None:
                 raise
 
 
+def is_policy_file(spec: str) -> bool:
+    """Whether a policy spec names a Python file (``path.py:Class``), whose code loading it runs."""
+    return ".py:" in spec
+
+
+def check_policy_file_allowed(spec: str, *, allowed: bool, source: str) -> None:
+    """A policy file named inside a data file (scenario, sweep) runs that file's code: only with the user's
+    explicit ``--allow-policy-files``. A file given on the command line (``--policy``) needs no flag."""
+    if is_policy_file(spec) and not allowed:
+        raise MmsimError(f"policy {spec!r} is a Python file named in this file; loading it executes its code. "
+                         "Pass --allow-policy-files if you trust it (or give it on the command line with --policy)",
+                         source=source, field="policy.name")
+
+
 def _load_from_file(spec: str) -> type:
     path_text, _, class_name = spec.rpartition(":")
     path = Path(path_text)
     if not path.is_file():
-        raise MmsimError(f"policy file {path} does not exist (expected path/to/file.py:ClassName)")
+        raise MmsimError(f"policy file {path} does not exist or is not a regular file "
+                         "(expected path/to/file.py:ClassName)")
     module_spec = importlib.util.spec_from_file_location(f"mmsim_user_policy_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
@@ -47,7 +63,7 @@ def _load_from_file(spec: str) -> type:
 
 def get_policy_class(spec: str) -> type:
     """Resolve a policy name or ``path.py:Class`` to its class."""
-    if ".py:" in spec:
+    if is_policy_file(spec):
         return _load_from_file(spec)
     _load_builtins()
     if spec in _REGISTRY:
@@ -59,8 +75,33 @@ def get_policy_class(spec: str) -> type:
                      "or path/to/file.py:ClassName")
 
 
+MIN_PERIOD_S = 1e-3
+"""Shortest time a ``*_s`` parameter may give (a timer of 1e-300 s would never let the clock advance)."""
+
+
+def check_params(cls: type, params: dict) -> None:
+    """Each parameter must have the type of its default: a finite number in [0, 1e9] (``*_s`` at least
+    MIN_PERIOD_S when the default is positive), a boolean, or text. Other defaults are the policy's to check."""
+    defaults = cls.param_defaults() if hasattr(cls, "param_defaults") else {}
+    for key, value in params.items():
+        default = defaults.get(key)
+        field = f"policy.params.{key}"
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise MmsimError(f"expected true or false, not {value!r:.40}", field=field)
+        elif isinstance(default, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise MmsimError(f"expected a finite number, not {value!r:.40}", field=field)
+            low = MIN_PERIOD_S if key.endswith("_s") and default > 0 else 0.0
+            if not low <= value <= 1e9:
+                raise MmsimError(f"expected a number from {low:g} to 1e9, not {value!r}", field=field)
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise MmsimError(f"expected text, not {value!r:.40}", field=field)
+
+
 def make_policy(spec: str, params: dict | None = None):
     cls = get_policy_class(spec)
+    check_params(cls, params or {})
     try:
         return cls(**(params or {}))
     except (TypeError, ValueError) as error:

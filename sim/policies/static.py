@@ -42,7 +42,7 @@ def static_placement(view) -> list[tuple[int, int]]:
     capacity = {g.index: g.capacity_bytes for g in gpus if g.index in free}
     remaining = dict(capacity)
     for m in sorted(unplaced, key=lambda m: (-demand[m], m)):
-        need = view.costs(m).gpu_weight_bytes(view.placement(m).get("gpu_share", 1.0))
+        need = view.footprint_bytes(m, view.placement(m).get("gpu_share", 1.0))
         target = max(remaining, key=lambda i: (remaining[i], -i))
         empty = remaining[target] == capacity[target]
         room = remaining[target] - (0 if empty else KV_RESERVE_SHARE * capacity[target])

@@ -31,6 +31,9 @@ request-seconds, using only predicted output lengths:
   waiting for it is cheaper. Among busy ones the smallest eviction cost wins;
   ties go to the most predicted remaining work (the penalty is the smallest
   fraction of what it still has to do).
+  When no single instance makes room (a large model
+  next to two small ones), the fewest on one GPU that do are evicted
+  together, idle ones first, and their costs add up.
 * a model placed next to others must leave ``kv_reserve_tokens`` of its own KV
   room (enough for one long prompt), so co-resident models cannot block each
   other with queued work that neither has room to start. At time 0 as many
@@ -50,7 +53,7 @@ changes only with time, so fast-forward and per-iteration runs agree.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, gpu_with_room, room_after_evicting, unblock, youngest_victim
+from sim.policies.fcfs_swap import Rechecks, eviction_group, gpu_with_room, start_bytes, unblock, youngest_victim
 from sim.policies.registry import register
 
 
@@ -162,8 +165,11 @@ class SwapAwarePolicy(Policy):
         return self.load_full(view, model)
 
     def kv_reserve_bytes(self, view, model: int) -> float:
-        """KV room ``model`` needs next to other models: ``kv_reserve_tokens`` of its own cache."""
-        return self.kv_reserve_tokens * view.costs(model).kv_bytes_per_token
+        """KV room ``model`` needs next to other models: ``kv_reserve_tokens`` of its own cache, and at least what
+        its oldest pending request needs to start."""
+        pending = view.pending(model)
+        head = start_bytes(view, pending[0]) if pending else 0
+        return max(self.kv_reserve_tokens * view.costs(model).kv_bytes_per_token, head)
 
     def eviction_cost_s(self, view, victim) -> float:
         held = len(held_requests(victim))
@@ -172,15 +178,18 @@ class SwapAwarePolicy(Policy):
         # Each held request is paused for the unload, the newcomer's minimum residency and the reload.
         return held * (victim.costs.swap_penalty_s() + self.min_residency_s)
 
-    def victim_for(self, view, model: int):
-        """The instance to evict for ``model`` (see the module rule), and the earliest time a busy one may become eligible."""
-        idle, busy, wait_until = [], [], float("inf")
+    def victims_for(self, view, model: int) -> tuple[list | None, float]:
+        """The instances to evict for ``model`` (see the module rule; usually one, several on one GPU when no single
+        one makes room), and the earliest time a busy one not yet eligible may become so."""
+        groups, wait_until = [], float("inf")
+        reserve = self.kv_reserve_bytes(view, model)
         for gpu in view.gpus:
+            eligible = []
             for instance in gpu.instances:
-                if instance.status != "ready" or not room_after_evicting(view, model, instance, self.kv_reserve_bytes(view, model)):
+                if instance.status != "ready":
                     continue
                 if not instance.has_work:
-                    idle.append((self.last_used_s.get(instance.uid, 0.0), instance.uid, instance))
+                    eligible.append((0, self.last_used_s.get(instance.uid, 0.0), instance.uid, instance))
                     continue
                 settled_at = instance.ready_at_s + self.min_residency_s
                 if view.now < settled_at:
@@ -189,14 +198,22 @@ class SwapAwarePolicy(Policy):
                 drain = drain_s(view, instance)
                 if drain < instance.costs.reload_s(instance.gpu_share):
                     continue  # about to finish: its completion re-plans
-                busy.append((self.eviction_cost_s(view, instance), -drain, instance.uid, instance))
-        if idle:
-            return min(idle)[2], wait_until
-        return (min(busy)[3] if busy else None), wait_until
+                eligible.append((1, self.eviction_cost_s(view, instance), -drain, instance.uid, instance))
+            group = eviction_group(view, model, [entry[-1] for entry in sorted(eligible)], reserve)
+            if group is not None:
+                busy = [i for i in group if i.has_work]
+                idle_lru = max(self.last_used_s.get(i.uid, 0.0) for i in group)
+                groups.append((len(busy), self.group_cost_s(view, busy), len(group), idle_lru, gpu.index, group))
+        if not groups:
+            return None, wait_until
+        return min(groups, key=lambda entry: entry[:5])[5], wait_until
 
-    def pays_for(self, view, model: int, victim) -> bool:
-        """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and ``victim``'s swap penalty."""
-        cost_s = view.costs(model).reload_s() * view.pending_count(model) + self.eviction_cost_s(view, victim)
+    def group_cost_s(self, view, victims: list) -> float:
+        return sum(self.eviction_cost_s(view, victim) for victim in victims)
+
+    def pays_for(self, view, model: int, victims: list) -> bool:
+        """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties."""
+        cost_s = view.costs(model).reload_s() * view.pending_count(model) + self.group_cost_s(view, victims)
         return pending_gain_s(view, model) >= self.benefit_ratio * cost_s
 
     def plan(self, view) -> None:
@@ -207,13 +224,14 @@ class SwapAwarePolicy(Policy):
                 continue
             if unloading(view):
                 continue  # memory is about to change; the unload finishing re-plans
-            victim, wait_until = self.victim_for(view, model)
-            if victim is None:
+            victims, wait_until = self.victims_for(view, model)
+            if victims is None:
                 if wait_until < float("inf"):
                     self.rechecks.at(view, "plan", wait_until, self.plan)
                 continue
-            if not victim.has_work or self.pays_for(view, model, victim):
-                view.unload(victim, mode="swap", keep_on_host=self.keep_weights_on_host)
+            if not any(v.has_work for v in victims) or self.pays_for(view, model, victims):
+                for victim in victims:
+                    view.unload(victim, mode="swap", keep_on_host=self.keep_weights_on_host)
                 return
             waiting = True
         if waiting:

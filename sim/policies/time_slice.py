@@ -16,7 +16,7 @@ every quantum regardless of how much work either model has.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, unblock, youngest_victim
+from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, start_bytes, unblock, youngest_victim
 from sim.policies.registry import register
 
 
@@ -27,7 +27,7 @@ def home_groups(view) -> dict[int, list[int]]:
     capacity = {g.index: g.capacity_bytes for g in view.gpus}
     models = sorted(range(len(view.model_names)), key=lambda m: -view.costs(m).weight_bytes())
     for model in models:
-        need = view.costs(model).gpu_weight_bytes(1.0)
+        need = view.footprint_bytes(model)
         fitting = [g for g in load_bytes if capacity[g] >= need]
         if not fitting:
             continue  # the model fits on no GPU: its requests stay unserved
@@ -112,7 +112,10 @@ class TimeSlicePolicy(Policy):
             return
         model = self.groups[gpu.index][position]
         view.sync(gpu)
-        if gpu.free_bytes() - gpu.in_flight_bytes() >= view.costs(model).gpu_weight_bytes(1.0):
+        # Next to a resident model, only with KV room for the oldest waiting request (else both could hold
+        # queued work that neither can start).
+        reserve = start_bytes(view, view.pending(model)[0]) if live_instances(gpu) else 0
+        if gpu.free_bytes() - gpu.in_flight_bytes() >= view.footprint_bytes(model) + reserve:
             self.cursor[gpu.index] = position
             view.load(model, gpu)
             return

@@ -33,6 +33,15 @@ class ClusterView:
         """The :class:`sim.costs.ModelCosts` of a model: reload/unload seconds, swap penalty, offload steps."""
         return self._engine.costs[model]
 
+    def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
+        """GPU memory an instance of ``model`` takes before its first KV block: its weights at ``gpu_share`` and
+        its activation and non-torch reserve. A load needs this much free memory."""
+        return self._engine.footprint_bytes(model, gpu_share)
+
+    def max_model_len(self, model: int) -> int:
+        """The longest prompt + output the deployment accepts (requests longer are rejected at arrival)."""
+        return self._engine.max_model_len[model]
+
     def instances(self) -> tuple:
         return tuple(self._engine.instances)
 
@@ -63,6 +72,12 @@ class ClusterView:
 
     def pending_count(self, model: int) -> int:
         return len(self._engine.pending[model])
+
+    def order_waiting(self, instance) -> None:
+        """Put ``instance.waiting`` in the order its next admission will try it (the policy's own order)."""
+        policy = self._engine.policy
+        if policy.reorders_waiting:
+            policy.order_waiting(instance, self)
 
     def sync(self, gpu) -> None:
         """Bring a fast-forwarding GPU's counters up to now before reading them."""

@@ -9,21 +9,26 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sim.errors import MmsimError
 from sim.reports.data import RunData
 from sim.reports.html import build_report
-from sim.results import write_run
+from sim.reports.metrics import DROP_THRESHOLD
 from sim.scenario import load_scenario
 
 
-def run_folder(runs_dir: Path, scenario: str, policy: str, seed: int) -> Path:
-    """Where one run of the comparison is kept (the same naming as ``mmsim run``)."""
-    safe = policy.replace("/", "_").replace(":", "_")
-    return Path(runs_dir) / f"{scenario}-{safe}-s{seed}"
+def run_folder(runs_dir: Path, scenario, policy: str, seed: int) -> Path:
+    """Where one run of the comparison is kept: ``mmsim run``'s default name (NAME-POLICY-PROFILE-sSEED) under
+    ``runs_dir``."""
+    from sim.runner import default_run_dir
+
+    return Path(runs_dir) / default_run_dir(scenario, policy, seed).name
 
 
 def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Path | None = None,
-            runs_dir: Path = Path("reports/runs"), mode: str = "fast", show_progress: bool = True) -> tuple[Path, list[RunData]]:
+            runs_dir: Path = Path("reports/runs"), mode: str = "fast", show_progress: bool = True,
+            threshold: float = DROP_THRESHOLD, force: bool = False) -> tuple[Path, list[RunData]]:
     """Simulate ``scenario_path`` under each policy for seeds scenario.seed … +seeds-1, write each run folder
-    and the HTML report; returns the report path and the runs."""
+    and the HTML report; returns the report path and the runs. A folder holding a finished run is replaced only
+    with ``force``, and every folder is checked before the first run starts."""
     from sim.policies.registry import get_policy_class
+    from sim.runner import check_run_dir, effective_scenario, write_run_folder
     from sim.simulation import simulate
 
     if not policies:
@@ -35,8 +40,9 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
     scenario_path = Path(scenario_path)
     scenario = load_scenario(scenario_path)
     out = Path(out) if out else Path("reports") / f"{scenario.name}.html"
-    scenario_data = scenario.model_dump(mode="json")
     plan = [(policy, scenario.seed + offset) for policy in policies for offset in range(seeds)]
+    for policy, seed in plan:
+        check_run_dir(run_folder(runs_dir, scenario, policy, seed), replace=force)
     runs: list[RunData] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not show_progress) as progress:
@@ -44,9 +50,10 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
         for policy, seed in plan:
             progress.update(task, description=f"{scenario.name} · {policy} · seed {seed}")
             result = simulate(scenario, base_dir=scenario_path.parent, policy=policy, seed=seed, mode=mode)
-            folder = write_run(result, run_folder(runs_dir, scenario.name, policy, seed), scenario_data)
+            scenario_data = effective_scenario(scenario, policy, seed)  # as `mmsim run` records it
+            folder = write_run_folder(result, run_folder(runs_dir, scenario, policy, seed), scenario_data)
             runs.append(RunData(result.summary, result.requests, result.events, result.timeseries, scenario_data, folder))
             progress.advance(task)
         progress.update(task, description="writing report")
-        build_report(runs, out)
+        build_report(runs, out, threshold=threshold)
     return out, runs

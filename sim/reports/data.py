@@ -33,8 +33,47 @@ class RunData:
         return int(self.summary.get("seed", 0))
 
 
+SUMMARY_KEYS = ("policy", "seed", "requests_total", "requests_completed", "requests_dropped", "goodput_requests_per_s",
+                "slo_attainment")
+"""What a report cannot do without: a summary lacking any of these is not one ``mmsim run`` wrote."""
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise MmsimError(f"cannot read it ({error})", source=str(path)) from None
+    except json.JSONDecodeError as error:
+        raise MmsimError(f"not valid JSON (truncated or damaged?) at line {error.lineno} column {error.colno}",
+                         source=str(path)) from None
+
+
+def _read_summary(path: Path) -> dict:
+    summary = _read_json(path)
+    if not isinstance(summary, dict):
+        raise MmsimError(f"expected a JSON object (a run summary), found a {type(summary).__name__}", source=str(path))
+    missing = [key for key in SUMMARY_KEYS if key not in summary]
+    if missing:
+        raise MmsimError(f"not a run summary: lacks {', '.join(missing)}; rerun `mmsim run` for this folder",
+                         source=str(path))
+    for key in SUMMARY_KEYS[1:]:
+        value = summary[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MmsimError(f"expected a number, found {value!r}", source=str(path), field=key)
+    return summary
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(path)
+    except Exception as error:  # pyarrow raises several types for a damaged file; each is the same user problem
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise MmsimError(f"unreadable Parquet (truncated or damaged?): {reason}; rerun `mmsim run` for this folder",
+                         source=str(path)) from None
+
+
 def load_run(path: Path) -> RunData:
-    """Read a run folder written by ``sim.results.write_run``."""
+    """Read a run folder written by ``sim.results.write_run``; a damaged file is one MmsimError naming it."""
     path = Path(path)
     summary_file = path / "summary.json"
     if not summary_file.is_file():
@@ -42,13 +81,18 @@ def load_run(path: Path) -> RunData:
     missing = [name for name in RUN_FILES if not (path / name).is_file()]
     if missing:
         raise MmsimError(f"run folder {path} lacks {', '.join(missing)}")
+    summary = _read_summary(summary_file)
     scenario_file = path / "scenario.json"
+    scenario = _read_json(scenario_file) if scenario_file.is_file() else None
+    if scenario is not None and not isinstance(scenario, dict):
+        raise MmsimError(f"expected a JSON object (the scenario as run), found a {type(scenario).__name__}",
+                         source=str(scenario_file))
     return RunData(
-        summary=json.loads(summary_file.read_text()),
-        requests=pd.read_parquet(path / "requests.parquet"),
-        events=pd.read_parquet(path / "events.parquet"),
-        timeseries=pd.read_parquet(path / "timeseries.parquet"),
-        scenario=json.loads(scenario_file.read_text()) if scenario_file.is_file() else None,
+        summary=summary,
+        requests=_read_parquet(path / "requests.parquet"),
+        events=_read_parquet(path / "events.parquet"),
+        timeseries=_read_parquet(path / "timeseries.parquet"),
+        scenario=scenario,
         path=path,
     )
 

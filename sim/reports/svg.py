@@ -11,11 +11,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-POLICY_COLOURS = ("#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#db2777", "#0891b2", "#65a30d", "#475569",
-                  "#b45309")
-MODEL_COLOURS = ("#60a5fa", "#f472b6", "#34d399", "#fbbf24", "#a78bfa", "#fb923c", "#22d3ee", "#a3e635", "#94a3b8",
-                 "#f87171")
-
 STYLE = {
     "svg.fonttype": "none",          # real text: smaller files, selectable, crisp at any zoom
     "svg.hashsalt": "mmsim",         # stable ids, so the same runs give the same file
@@ -36,11 +31,6 @@ STYLE = {
 }
 
 _counter = itertools.count()
-
-
-def colour_map(names: list[str], palette: tuple[str, ...]) -> dict[str, str]:
-    """A fixed colour per name, in order, cycling through the palette."""
-    return {name: palette[i % len(palette)] for i, name in enumerate(names)}
 
 
 def figure(width: float, height: float, rows: int = 1, cols: int = 1, **kwargs):
@@ -64,5 +54,7 @@ def to_svg(fig) -> str:
     text = re.sub(r'\bid="', f'id="{prefix}', text)
     text = text.replace('href="#', f'href="#{prefix}').replace("url(#", f"url(#{prefix}")
     # Let CSS size the figure to its container while the viewBox keeps proportions.
-    text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 class="plot" role="img"', text, count=1)
+    # Its natural width caps it, so text never grows past the 9 pt it was drawn at.
+    text = re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"', r'<svg\1 class="plot" role="img" style="max-width:\2"',
+                  text, count=1)
     return text.strip()

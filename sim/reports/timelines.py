@@ -26,37 +26,46 @@ def _span(run: RunData) -> float:
     return max(ends + [1e-6])
 
 
-def memory_stacked(groups: dict[str, list[RunData]], models: list[str], model_colours: dict[str, str]) -> str:
-    """One small panel per policy: GiB of weights + KV cache per model summed over all GPUs, stacked, over time."""
-    cols = min(3, len(groups))
-    rows = -(-len(groups) // cols)
-    fig, axes = figure(12, 2.6 * rows + 0.4, rows, cols, sharey=True)
-    flat = axes.ravel()
-    for ax, (policy, runs) in zip(flat, groups.items()):
-        frame = runs[0].timeseries
-        frame = frame[(frame["gpu"] >= 0) & (frame["model"] != "")]
+def _memory(run: RunData, models: list[str]) -> tuple[np.ndarray, pd.DataFrame] | None:
+    """Bin centres and GiB per model (columns) over time for one run, or None without samples."""
+    frame = run.timeseries
+    frame = frame[(frame["gpu"] >= 0) & (frame["model"] != "")]
+    if frame.empty:
+        return None
+    edges = np.linspace(0, _span(run), TIME_BINS + 1)
+    frame = frame.assign(gib=(frame["weight_bytes"] + frame["kv_bytes"]) / GIB)
+    per_time = frame.pivot_table(index="time_s", columns="model", values="gib", aggfunc="sum", fill_value=0.0,
+                                 observed=True)
+    index = np.clip(np.digitize(per_time.index.to_numpy(float), edges) - 1, 0, TIME_BINS - 1)
+    binned = per_time.groupby(index).mean()
+    centres = (edges[binned.index.to_numpy()] + edges[binned.index.to_numpy() + 1]) / 2
+    return centres, binned[[m for m in models if m in binned.columns]]
+
+
+def memory_stacked(groups: dict[str, list[RunData]], models: list[str], model_colours: dict[str, str]) -> list[str]:
+    """One panel per policy on shared axes: GiB of weights + KV cache per model summed over all GPUs, stacked,
+    over time (first seed). The model legend is the page's, above the panels."""
+    data = {policy: _memory(runs[0], models) for policy, runs in groups.items()}
+    top = max([float(d[1].sum(axis=1).max()) for d in data.values() if d is not None] + [1.0]) * 1.05
+    end = max(_span(runs[0]) for runs in groups.values())
+    panels = []
+    for policy, found in data.items():
+        fig, axes = figure(4.4, 2.8)
+        ax = axes[0][0]
         ax.set_title(policy, fontsize=9, loc="left")
-        if frame.empty:
+        if found is None:
             ax.text(0.5, 0.5, "no samples", ha="center", transform=ax.transAxes, color="#9ca3af")
-            continue
-        edges = np.linspace(0, _span(runs[0]), TIME_BINS + 1)
-        frame = frame.assign(gib=(frame["weight_bytes"] + frame["kv_bytes"]) / GIB)
-        per_time = frame.pivot_table(index="time_s", columns="model", values="gib", aggfunc="sum", fill_value=0.0)
-        index = np.clip(np.digitize(per_time.index.to_numpy(float), edges) - 1, 0, TIME_BINS - 1)
-        binned = per_time.groupby(index).mean()
-        centres = (edges[binned.index.to_numpy()] + edges[binned.index.to_numpy() + 1]) / 2
-        present = [m for m in models if m in binned.columns]
-        ax.stackplot(centres, [binned[m].to_numpy() for m in present], colors=[model_colours[m] for m in present],
-                     labels=present, linewidth=0)
+        else:
+            centres, binned = found
+            ax.stackplot(centres, [binned[m].to_numpy() for m in binned.columns],
+                         colors=[model_colours[m] for m in binned.columns], linewidth=0)
+        ax.set_xlim(0, end)
+        ax.set_ylim(0, top)
         ax.set_xlabel("simulated time (s)")
-    for ax in flat[len(groups):]:
-        ax.set_visible(False)
-    for row in axes:
-        row[0].set_ylabel("GPU memory (GiB)")
-    handles = [Patch(color=model_colours[m], label=m) for m in models]
-    fig.legend(handles=handles, ncols=min(6, len(models)), loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8)
-    fig.tight_layout()
-    return to_svg(fig)
+        ax.set_ylabel("GPU memory (GiB)")
+        fig.tight_layout()
+        panels.append(to_svg(fig))
+    return panels
 
 
 def _merge(intervals: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
@@ -103,17 +112,18 @@ def _gpus(run: RunData) -> list[int]:
     return sorted(found)
 
 
-def residency_timeline(groups: dict[str, list[RunData]], models: list[str], model_colours: dict[str, str]) -> str:
-    """For each policy, one row per GPU with a lane per model: resident (solid), loading/unloading (hatched),
-    and swap / recompute preemptions as marks."""
-    gpu_counts = [max(1, len(_gpus(runs[0]))) for runs in groups.values()]
+def residency_timeline(groups: dict[str, list[RunData]], models: list[str], model_colours: dict[str, str]) -> list[str]:
+    """For each policy one figure, every one on the same time axis: a row per GPU with a lane per model, resident
+    (solid) or loading/unloading (hatched), and swap / recompute preemptions as marks, with their legend on it."""
     per_gpu = max(0.32, 0.06 * len(models) + 0.2)  # keep each model's lane readable when many models share a GPU
-    heights = [per_gpu * n + 0.5 for n in gpu_counts]
-    fig, axes = figure(12, sum(heights) + 0.6, len(groups), 1, gridspec_kw={"height_ratios": heights})
     lane = 0.8 / max(1, len(models))
-    for ax, (policy, runs) in zip(axes[:, 0], groups.items()):
+    end = max(_span(runs[0]) for runs in groups.values())
+    panels = []
+    for policy, runs in groups.items():
         run = runs[0]
         gpus = _gpus(run)
+        fig, axes = figure(9, per_gpu * max(1, len(gpus)) + 1.0)
+        ax = axes[0][0]
         row_of = {g: i for i, g in enumerate(gpus)}
         resident, moving = residency(run)
         for table, style in ((resident, {"alpha": 1.0}), (moving, {"alpha": 0.45, "hatch": "////"})):
@@ -122,28 +132,26 @@ def residency_timeline(groups: dict[str, list[RunData]], models: list[str], mode
                     continue
                 y = row_of[gpu] - 0.4 + models.index(model) * lane
                 ax.broken_barh(bars, (y, lane * 0.9), facecolors=model_colours[model], edgecolor="none", **style)
-        span = _span(run)
         marks = run.events[run.events["kind"].isin(tuple(SWAP_KINDS)) & run.events["gpu"].isin(gpus)]
         for kind, (marker, colour, label) in SWAP_KINDS.items():
             rows = marks[marks["kind"].eq(kind)]
             if rows.empty:
                 continue
             # One mark per GPU per time bin: thousands of preemptions would otherwise bloat the page.
-            thinned = pd.DataFrame({"gpu": rows["gpu"].astype(int), "bin": (rows["time_s"] / span * MARK_BINS).astype(int)})
+            thinned = pd.DataFrame({"gpu": rows["gpu"].astype(int), "bin": (rows["time_s"] / end * MARK_BINS).astype(int)})
             thinned = thinned.drop_duplicates()
-            ax.scatter((thinned["bin"] + 0.5) * span / MARK_BINS, [row_of[g] + 0.47 for g in thinned["gpu"]],
+            ax.scatter((thinned["bin"] + 0.5) * end / MARK_BINS, [row_of[g] + 0.47 for g in thinned["gpu"]],
                        marker=marker, s=8, color=colour, linewidths=0.7, label=label, zorder=3)
         ax.set_yticks(range(len(gpus)), [f"GPU {g}" for g in gpus])
-        ax.set_ylim(-0.55, len(gpus) - 0.4)
+        ax.set_ylim(-0.55, max(1, len(gpus)) - 0.4)
         ax.invert_yaxis()
-        ax.set_xlim(0, span)
+        ax.set_xlim(0, end)
         ax.set_title(policy, fontsize=9, loc="left")
         ax.grid(axis="y", visible=False)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="upper right", bbox_to_anchor=(1.0, 1.25), ncols=3, fontsize=7)
-    axes[-1][0].set_xlabel("simulated time (s)")
-    handles = [Patch(color=model_colours[m], label=m) for m in models]
-    handles.append(Patch(facecolor="#9ca3af", alpha=0.45, hatch="////", label="loading / unloading"))
-    fig.legend(handles=handles, ncols=min(6, len(handles)), loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize=8)
-    fig.tight_layout()
-    return to_svg(fig)
+        ax.set_xlabel("simulated time (s)")
+        handles = ax.get_legend_handles_labels()[0]
+        handles.append(Patch(facecolor="#9ca3af", alpha=0.45, hatch="////", label="loading / unloading"))
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=4, fontsize=7)
+        fig.tight_layout()
+        panels.append(to_svg(fig))
+    return panels

@@ -10,11 +10,13 @@ curve a higher target never yields a higher capacity.
 from __future__ import annotations
 
 import copy
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.errors import MmsimError
+from sim.runner import check_run_size
 from sim.scenario import parse_scenario, read_yaml
 from sim.sweep.execute import Backend
 from sim.sweep.spec import RunTask, apply_axis, gpu_layout, gpus_per_node_of, run_id
@@ -122,6 +124,14 @@ def min_gpus(evaluate, counts: list[int], target: float) -> int | None:
 def plan_capacity(scenario_path: Path, query: CapacityQuery, *, workers: int | None = None, use_ray: bool = False,
                   ray_address: str | None = None) -> list[PolicyCapacity]:
     """Run the capacity search for every policy of ``query``."""
+    if not query.seeds:
+        raise MmsimError("give at least one seed")
+    if query.gpus_for_load is not None and not 0 < query.gpus_for_load <= 1e6:
+        raise MmsimError(f"--gpus-for-load must be a positive load multiplier, not {query.gpus_for_load}")
+    if query.max_gpus < 1:
+        raise MmsimError(f"--max-gpus must be at least 1, not {query.max_gpus}")
+    if not all(math.isfinite(x) for x in (query.target, query.low, query.high, query.tolerance)):
+        raise MmsimError("--slo-target, --low, --high and --tolerance must be finite numbers")
     if not 0 < query.target <= 1:
         raise MmsimError(f"--slo-target must be in (0, 1], not {query.target}")
     if not 0 < query.low < query.high:
@@ -129,8 +139,10 @@ def plan_capacity(scenario_path: Path, query: CapacityQuery, *, workers: int | N
     if query.tolerance <= 0:
         raise MmsimError(f"--tolerance must be positive, not {query.tolerance}")
     scenario_path = Path(scenario_path)
-    data = read_yaml(scenario_path)
-    parse_scenario(data, str(scenario_path))
+    data = read_yaml(scenario_path, "scenario file")
+    scenario = parse_scenario(data, str(scenario_path))
+    scenario.check_requested_models(str(scenario_path))
+    check_run_size(scenario, scenario_path.parent, str(scenario_path))
     per_node = gpus_per_node_of(data, scenario_path.parent)
     answers = []
     with Backend(workers or min(len(query.seeds), os.cpu_count() or 1), use_ray, ray_address) as backend:

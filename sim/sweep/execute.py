@@ -3,7 +3,9 @@
 Every run is independent and deterministic given its scenario, so the pool and
 Ray produce the same files. Pool workers write their own run folder (same
 filesystem); Ray tasks send their results back and the driver writes them, so
-a remote cluster needs no shared filesystem.
+a remote cluster needs no shared filesystem. Run folders are written whole or
+not at all (sim.runner.write_run_folder); pool workers exit when the driver
+dies, and temporaries a killed sweep left are removed when it resumes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 import multiprocessing
 import os
 import shutil
+import socket
+import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -23,7 +27,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 from sim.errors import MmsimError
-from sim.results import atomic_write, write_run
+from sim.files import cut
+from sim.results import atomic_write
 from sim.sweep.index import make_row, write_index
 from sim.sweep.spec import RunTask
 
@@ -32,6 +37,7 @@ RAY_HINT = "--ray needs Ray, an optional extra: pip install -e '.[cluster]' (or 
 
 def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool = False) -> dict:
     """Run one task; write its folder when ``out_dir`` is given. Never raises: failures come back as data."""
+    from sim.runner import write_run_folder
     from sim.scenario import parse_scenario
     from sim.simulation import simulate
 
@@ -42,7 +48,7 @@ def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool
         result = simulate(scenario, base_dir=Path(task.base_dir))
         outcome["summary"] = result.summary
         if out_dir is not None:
-            write_run(result, Path(out_dir), task.scenario_data)
+            write_run_folder(result, Path(out_dir), task.scenario_data)
         elif return_frames:
             outcome["result"] = result
     except Exception as error:  # a run's failure is recorded in the index; the sweep goes on
@@ -54,7 +60,33 @@ def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool
 
 
 def write_error(run_dir: Path, text: str) -> None:
-    atomic_write(run_dir / "error.txt", lambda p: Path(p).write_text(text))
+    """Keep a failed run's traceback in its folder; a full disk only loses the file (the index has the error)."""
+    with contextlib.suppress(OSError):
+        atomic_write(run_dir / "error.txt", lambda p: Path(p).write_text(text))
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Pool worker initializer: end this worker once the driver is gone (``kill -9`` leaves no cleanup)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="mmsim-parent-watch", daemon=True).start()
+
+
+def check_ray_address(address: str, timeout_s: float = 10.0) -> None:
+    """Fail fast, naming the address, when nothing listens there (Ray itself retries for minutes)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise MmsimError(f"--ray-address {address!r} is not HOST:PORT (or ray://HOST:PORT, or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as error:
+        raise MmsimError(f"cannot reach a Ray cluster at {address} ({getattr(error, 'strerror', None) or error}); "
+                         "is the head node running (ray start --head) and the port right?") from None
 
 
 class Backend:
@@ -74,7 +106,8 @@ class Backend:
     def __enter__(self) -> "Backend":
         if not self.use_ray:
             # spawn, not fork: the driver runs a progress-bar thread, and forking a threaded process is unsafe.
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=exit_with_parent, initargs=(os.getpid(),))
             return self
         try:
             import ray
@@ -82,8 +115,14 @@ class Backend:
             raise MmsimError(RAY_HINT) from None
         self._ray = ray
         if not ray.is_initialized():
+            if self.ray_address:
+                check_ray_address(self.ray_address)
             options = {"address": self.ray_address} if self.ray_address else {"num_cpus": self.workers, "include_dashboard": False}
-            ray.init(log_to_driver=False, **options)
+            try:
+                ray.init(log_to_driver=False, **options)
+            except (ConnectionError, TimeoutError, RuntimeError) as error:
+                where = f"at {self.ray_address}" if self.ray_address else "locally"
+                raise MmsimError(f"cannot start or join Ray {where}: {cut(error, 300)}") from None
             self._ray_started_here = True
         return self
 
@@ -119,8 +158,13 @@ class Backend:
 
 
 def _write_on_driver(outcome: dict, run_dir: Path, scenario_data: dict) -> None:
+    from sim.runner import write_run_folder
+
     if outcome["status"] == "ok":
-        write_run(outcome.pop("result"), run_dir, scenario_data)
+        try:
+            write_run_folder(outcome.pop("result"), run_dir, scenario_data)
+        except MmsimError as error:  # e.g. a full disk: this run failed, the sweep goes on
+            outcome.update(status="failed", error=f"MmsimError: {error}", summary=None)
     else:
         write_error(run_dir, outcome["details"])
 
@@ -145,6 +189,7 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     out = Path(out)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(out)
     atomic_write(out / "sweep.json", lambda p: Path(p).write_text(json.dumps(
         {**(meta or {}), "axes": axes, "runs": len(tasks)}, indent=1, default=str)))
     rows: dict[str, dict] = {}
@@ -176,6 +221,18 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     frame = write_index(out, ordered(), axes)
     return {"ran": len(todo), "skipped": len(tasks) - len(todo), "failed": failed, "wall_s": time.perf_counter() - started,
             "run_seconds": run_seconds, "index": frame}
+
+
+def remove_temporaries(out: Path) -> None:
+    """Delete the temporary files and folders (``.NAME.*.tmp``, ``.NAME.*.old``) a killed sweep left behind."""
+    for folder in (out, out / "runs"):
+        for entry in folder.glob(".*"):
+            if not entry.name.endswith((".tmp", ".old")):
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
 
 
 def _clear_partial(run_dir: Path) -> None:

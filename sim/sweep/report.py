@@ -1,4 +1,5 @@
-"""HTML page for a sweep folder: SLO attainment and goodput vs load per policy (95% bands over seeds),
+"""HTML page for a sweep folder: SLO attainment and goodput vs load per policy (95% bands over seeds where there
+are at least three: Wilson inside [0, 1] for attainment, never below 0 for goodput; fixed policy colours),
 the capacity table when ``capacity.json`` is present, and links to every run's folder."""
 
 from __future__ import annotations
@@ -12,25 +13,23 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import MmsimError
+from sim.reports.stats import MIN_SEEDS, Estimate, no_interval_text, proportion_estimate, rate_estimate
+from sim.reports.colours import policy_colours
 from sim.results import atomic_write
 from sim.sweep.index import read_index
 
 LOAD_AXES = ("load", "workload.generator.arrivals.rate_per_s", "workload.time_scale")
 SERIES_AXES = ("policy.name", "policy")
-# Two-sided 97.5% Student-t quantiles by degrees of freedom (1..30); beyond that the normal 1.96.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+PROPORTIONS = ("slo_attainment",)
+"""Metrics that are shares of requests: Wilson intervals inside [0, 1]; every other metric is a rate (>= 0)."""
 
 
-def confidence(values: pd.Series) -> tuple[float, float]:
-    """Mean and half-width of its 95% confidence interval (Student t; 0 for one value)."""
-    data = values.dropna()
-    if data.empty:
-        return math.nan, math.nan
-    if len(data) < 2:
-        return float(data.mean()), 0.0
-    t = T975[len(data) - 2] if len(data) - 1 <= len(T975) else 1.96
-    return float(data.mean()), t * float(data.std(ddof=1)) / math.sqrt(len(data))
+def confidence(values: pd.Series, trials: pd.Series | None = None, proportion: bool = False) -> Estimate:
+    """Mean over seeds and its 95% interval: none below three seeds, Wilson for proportions (``trials`` caps the
+    effective sample size), Student's t clipped at 0 otherwise (see docs/reports.md)."""
+    if proportion:
+        return proportion_estimate(values.tolist(), None if trials is None else trials.tolist())
+    return rate_estimate(values.tolist())
 
 
 def _x_axis(axes: list[str], frame: pd.DataFrame) -> str | None:
@@ -46,16 +45,34 @@ def _series_label(row: pd.Series, keys: list[str]) -> str:
 
 
 def band_table(frame: pd.DataFrame, axes: list[str], metric: str) -> pd.DataFrame:
-    """Mean and 95% half-width of ``metric`` per series (every axis but x and seed) and x."""
+    """Mean and 95% interval (low, high; NaN below three seeds) of ``metric`` per series (every axis but x and
+    seed) and x."""
     x = _x_axis(axes, frame)
     keys = [a for a in axes if a not in (x, "seed")]
     ok = frame[frame["status"].eq("ok")].copy()
     ok["_series"] = ok.apply(lambda r: _series_label(r, keys), axis=1) if len(ok) else []
     rows = []
     for (series, xv), part in ok.groupby(["_series", x] if x else ["_series", "_series"], sort=True):
-        mean, half = confidence(part[metric])
-        rows.append({"series": series, "x": xv if x else 0, "mean": mean, "half": half, "n": len(part)})
-    return pd.DataFrame(rows, columns=["series", "x", "mean", "half", "n"])
+        trials = part["requests_total"] if "requests_total" in part else None
+        est = confidence(part[metric], trials, proportion=metric in PROPORTIONS)
+        rows.append({"series": series, "x": xv if x else 0, "mean": math.nan if est.mean is None else est.mean,
+                     "low": math.nan if est.low is None else est.low, "high": math.nan if est.high is None else est.high,
+                     "n": est.n})
+    return pd.DataFrame(rows, columns=["series", "x", "mean", "low", "high", "n"])
+
+
+def _policy_of(series: str) -> str:
+    """The policy in a series label (the part that is not ``axis=value``), which picks the series' colour."""
+    return next((part for part in series.split(", ") if "=" not in part), series)
+
+
+def _band_caption(bands: pd.DataFrame, metric: str) -> str:
+    """What the plot's band is, saying so when too few seeds give none."""
+    seeds = int(bands["n"].min()) if len(bands) else 0
+    method = "Wilson interval" if metric in PROPORTIONS else "Student's t interval, clipped at 0"
+    if seeds >= MIN_SEEDS:
+        return f"Mean over seeds; band: 95% {method} over seeds."
+    return f"Mean over seeds; {no_interval_text(seeds)} (a band needs {MIN_SEEDS} or more seeds at a point)."
 
 
 def _svg(bands: pd.DataFrame, xlabel: str, ylabel: str) -> str:
@@ -65,10 +82,13 @@ def _svg(bands: pd.DataFrame, xlabel: str, ylabel: str) -> str:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(6.4, 3.6))
+    colours = policy_colours(sorted({_policy_of(series) for series in bands["series"]}))
     for series, part in bands.groupby("series", sort=True):
         part = part.sort_values("x")
-        axis.plot(part["x"], part["mean"], marker="o", label=series)
-        axis.fill_between(part["x"], part["mean"] - part["half"], part["mean"] + part["half"], alpha=0.2)
+        colour = colours[_policy_of(series)]
+        axis.plot(part["x"], part["mean"], marker="o", label=series, color=colour)
+        # Points with fewer than three seeds have no interval: the band leaves a gap there.
+        axis.fill_between(part["x"], part["low"], part["high"], alpha=0.2, color=colour, linewidth=0)
     axis.set_xlabel(xlabel)
     axis.set_ylabel(ylabel)
     axis.grid(alpha=0.3)
@@ -131,7 +151,7 @@ def sweep_report(sweep_dir: Path, out: Path) -> Path:
     for metric, label in (("slo_attainment", "SLO attainment"), ("goodput_requests_per_s", "goodput (req/s)")):
         bands = band_table(frame, axes, metric)
         sections.append(f"<h2>{html.escape(label)} vs {html.escape(xlabel)}</h2>"
-                        f"<p>Mean over seeds with 95% confidence band.</p>{_svg(bands, xlabel, label)}")
+                        f"<p>{html.escape(_band_caption(bands, metric))}</p>{_svg(bands, xlabel, label)}")
     sections.append(_capacity_section(sweep_dir / "capacity.json"))
     figures = ["slo_attainment", "goodput_requests_per_s", "throughput_tokens_per_s", "ttft_p99_s", "preemptions", "reload_s"]
     rows = [[_run_link(sweep_dir, r["run_id"]), *(html.escape(str(r[a])) for a in axes), html.escape(str(r["status"])),

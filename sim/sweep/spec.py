@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.errors import MmsimError, validate_mapping
+from sim.runner import check_run_size
 from sim.scenario import Scenario, parse_scenario, read_yaml
 
 CONVENIENCE_AXES = ("load", "gpus")
@@ -33,7 +34,7 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "sweep"
+    name: str = Field(default="sweep", min_length=1, max_length=200)
     base: str = Field(description="base scenario YAML, relative to the sweep file's folder (or the current one)")
     axes: dict[str, list[typing.Any]] = Field(min_length=1)
 
@@ -45,8 +46,9 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"axis {path!r} has no values")
             if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
                 raise ValueError(f"axis {path!r} lists a value twice")
-            if path in CONVENIENCE_AXES and not all(isinstance(v, (int, float)) and v > 0 for v in values):
-                raise ValueError(f"axis {path!r} needs positive numbers")
+            if path in CONVENIENCE_AXES and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                    and math.isfinite(v) and 0 < v <= 1e6 for v in values):
+                raise ValueError(f"axis {path!r} needs positive finite numbers (at most 1e6)")
         return axes
 
 
@@ -69,7 +71,7 @@ def run_id(axes: dict) -> str:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep file."""
-    return validate_mapping(SweepSpec, read_yaml(Path(path)), str(path))
+    return validate_mapping(SweepSpec, read_yaml(Path(path), "sweep file"), str(path), strict=True)
 
 
 def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
@@ -175,7 +177,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
     """Every combination of axis values as a validated run; a bad value names the run and the field."""
     sweep_path = Path(sweep_path)
     base_path = resolve_base(spec, sweep_path)
-    base_data = read_yaml(base_path)
+    base_data = read_yaml(base_path, "base scenario")
     parse_scenario(base_data, str(base_path))
     for path in spec.axes:
         if path not in CONVENIENCE_AXES and not known_path(path, base_data):
@@ -193,6 +195,8 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
                 apply_axis(data, path, value, base_path.parent)
         except MmsimError as error:
             raise MmsimError(str(error), source=source) from None
-        parse_scenario(data, source)
+        scenario = parse_scenario(data, source)
+        scenario.check_requested_models(source)
+        check_run_size(scenario, base_path.parent, source)
         tasks.append(RunTask(identifier, axes, data, str(base_path.parent)))
     return tasks

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import MmsimError
-from sim.workload.config import GammaArrivals, PoissonArrivals, RateSeriesArrivals, ServeGenArrivals
+from sim.files import read_text
+from sim.workload.config import (MAX_RATE_PER_S, MAX_TIME_S, GammaArrivals, PoissonArrivals, RateSeriesArrivals,
+                                 ServeGenArrivals)
 from sim.workload.textfiles import resolve_input
 
 ARRIVAL_STREAM = 0
@@ -101,10 +103,7 @@ def read_servegen(path: Path) -> list[Window]:
     shape); its fitted scales are not always consistent with the window's
     measured rate, so the rate column sets the mean.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise MmsimError(f"cannot read ServeGen window file ({error.strerror})", source=str(path)) from None
+    text = read_text(path, "ServeGen window file")
     windows: list[Window] = []
     for line, content in enumerate(text.splitlines(), start=1):
         if not content.strip():
@@ -118,8 +117,9 @@ def read_servegen(path: Path) -> list[Window]:
             start_s, rate, shape = float(fields[0]), float(fields[1]), float(fields[4] or 0)
         except ValueError:
             raise MmsimError("window_start_s, rate_rps and param1 must be numbers", **where) from None
-        if not (math.isfinite(start_s) and math.isfinite(rate)) or start_s < 0 or rate < 0:
-            raise MmsimError("window_start_s and rate_rps must be finite and >= 0", **where)
+        if not (0 <= start_s <= MAX_TIME_S and 0 <= rate <= MAX_RATE_PER_S):
+            raise MmsimError(f"window_start_s must be from 0 to {MAX_TIME_S:g} and rate_rps from 0 to "
+                             f"{MAX_RATE_PER_S:g}", **where)
         if windows and start_s <= windows[-1].start_s:
             raise MmsimError("window_start_s must increase from line to line", **where)
         dist = fields[3].lower()
@@ -128,8 +128,8 @@ def read_servegen(path: Path) -> list[Window]:
         elif dist == "exponential":
             windows.append(Window(start_s, rate))
         elif dist in ("gamma", "weibull"):
-            if not (math.isfinite(shape) and shape > 0):
-                raise MmsimError(f"param1 (the {fields[3]} shape) must be > 0", **where)
+            if not 1e-3 <= shape <= 1e3:
+                raise MmsimError(f"param1 (the {fields[3]} shape) must be from 0.001 to 1000", **where)
             windows.append(Window(start_s, rate, dist, shape))
         else:
             raise MmsimError(f"unknown dist {fields[3]!r}; expected Gamma, Weibull, Exponential or empty", **where)

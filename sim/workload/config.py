@@ -9,31 +9,48 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+MAX_TIME_S = 1e9
+"""Latest simulated time (about 32 years): later arrivals lose the precision a step of microseconds needs."""
+MAX_RATE_PER_S = 1e6
+MAX_CV = 100.0
+MAX_REQUESTS = 10**9
+"""Most requests one workload may produce (a run is bounded further by sim.runner.check_run_size)."""
+MAX_LENGTH_TOKENS = 10**7
+"""Longest generated prompt or output, far above any model's context."""
+
+Rate = Annotated[float, Field(ge=1e-6, le=MAX_RATE_PER_S)]
+Cv = Annotated[float, Field(gt=0, le=MAX_CV)]
+Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S)]
+Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
+Length = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
+Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
+Weight = Annotated[float, Field(ge=0, le=1e12)]
 
 TRACE_FORMATS = ("mmsim", "azure-2023", "azure-2024", "burstgpt", "mooncake", "length-pairs")
 """``mmsim`` is the native format (CSV, JSONL or Parquet); the others are importers of public traces."""
 
 
 class Strict(BaseModel):
-    """Base of every workload model: unknown keys are errors (they are usually typos)."""
+    """Base of every workload model: unknown keys are errors (they are usually typos); numbers are finite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PoissonArrivals(Strict):
     """Exponential inter-arrival times at a constant rate."""
 
     process: Literal["poisson"]
-    rate_per_s: PositiveFloat
+    rate_per_s: Rate
 
 
 class GammaArrivals(Strict):
     """Gamma inter-arrival times at a constant rate; ``cv`` > 1 is burstier than Poisson, < 1 more regular."""
 
     process: Literal["gamma"]
-    rate_per_s: PositiveFloat
-    cv: PositiveFloat
+    rate_per_s: Rate
+    cv: Cv
 
 
 class RateSeriesArrivals(Strict):
@@ -45,8 +62,8 @@ class RateSeriesArrivals(Strict):
     """
 
     process: Literal["rate-series"]
-    windows: list[list[float]] = Field(min_length=1)
-    rate_per_s: PositiveFloat | None = None
+    windows: list[list[float]] = Field(min_length=1, max_length=1_000_000)
+    rate_per_s: Rate | None = None
 
     @field_validator("windows")
     @classmethod
@@ -57,8 +74,9 @@ class RateSeriesArrivals(Strict):
                 raise ValueError(f"window {index} must be [start_s, rate_per_s] or [start_s, rate_per_s, cv]")
             start, rate = window[0], window[1]
             cv = window[2] if len(window) == 3 else 1.0
-            if start < 0 or rate < 0 or cv <= 0:
-                raise ValueError(f"window {index} needs start_s >= 0, rate_per_s >= 0 and cv > 0")
+            if not (0 <= start <= MAX_TIME_S and 0 <= rate <= MAX_RATE_PER_S and 0 < cv <= MAX_CV):
+                raise ValueError(f"window {index} needs 0 <= start_s <= {MAX_TIME_S:g}, "
+                                 f"0 <= rate_per_s <= {MAX_RATE_PER_S:g} and 0 < cv <= {MAX_CV:g}")
             if previous is not None and start <= previous:
                 raise ValueError(f"window {index} must start after window {index - 1}")
             previous = start
@@ -75,7 +93,7 @@ class ServeGenArrivals(Strict):
 
     process: Literal["servegen"]
     path: str
-    rate_per_s: PositiveFloat | None = None
+    rate_per_s: Rate | None = None
 
 
 Arrivals = Annotated[PoissonArrivals | GammaArrivals | RateSeriesArrivals | ServeGenArrivals,
@@ -85,7 +103,7 @@ Arrivals = Annotated[PoissonArrivals | GammaArrivals | RateSeriesArrivals | Serv
 class ZipfMix(Strict):
     """Model popularity following Zipf's law: the k-th model in ``models`` has weight 1 / k**zipf."""
 
-    zipf: NonNegativeFloat
+    zipf: float = Field(ge=0, le=100)
     models: list[str] = Field(min_length=1)
 
 
@@ -93,15 +111,15 @@ class ConstantLength(Strict):
     """Every request has the same length."""
 
     dist: Literal["constant"]
-    value: PositiveInt
+    value: Length
 
 
 class UniformLength(Strict):
     """Whole numbers drawn uniformly from [low, high], both included."""
 
     dist: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
+    low: Length
+    high: Length
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -114,9 +132,9 @@ class LognormalLength(Strict):
     """Lognormal with the given mean and coefficient of variation, rounded, at least 1, at most ``max``."""
 
     dist: Literal["lognormal"]
-    mean: PositiveFloat
-    cv: NonNegativeFloat
-    max: PositiveInt | None = None
+    mean: float = Field(gt=0, le=MAX_LENGTH_TOKENS)
+    cv: float = Field(ge=0, le=MAX_CV)
+    max: Length | None = None
 
 
 class EmpiricalLength(Strict):
@@ -132,7 +150,7 @@ class EmpiricalLength(Strict):
     dist: Literal["empirical"]
     path: str
     column: str | None = None
-    max: PositiveInt | None = None
+    max: Length | None = None
 
 
 LengthDist = Annotated[ConstantLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="dist")]
@@ -141,10 +159,10 @@ LengthDist = Annotated[ConstantLength | UniformLength | LognormalLength | Empiri
 class GeneratorConfig(Strict):
     """A synthetic workload: arrivals, model mix and lengths; stops at ``duration_s`` or ``max_requests``."""
 
-    duration_s: PositiveFloat | None = None
-    max_requests: PositiveInt | None = None
+    duration_s: Seconds | None = None
+    max_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     arrivals: Arrivals
-    mix: ZipfMix | dict[str, NonNegativeFloat]
+    mix: ZipfMix | dict[str, Weight]
     prompt_tokens: LengthDist
     output_tokens: LengthDist
 
@@ -159,7 +177,22 @@ class GeneratorConfig(Strict):
     def _stops(self) -> GeneratorConfig:
         if self.duration_s is None and self.max_requests is None:
             raise ValueError("give duration_s or max_requests (or both)")
+        expected = self.expected_requests()
+        if expected is not None and expected > MAX_REQUESTS:
+            raise ValueError(f"expects about {expected:.3g} requests (rate_per_s x duration_s); at most "
+                             f"{MAX_REQUESTS:.0e} per workload: lower them or set max_requests")
         return self
+
+    def expected_requests(self) -> float | None:
+        """About how many requests this generator makes (an upper estimate); None when only a file can tell."""
+        arrivals, duration_s = self.arrivals, self.duration_s
+        rate = arrivals.rate_per_s
+        if rate is None and isinstance(arrivals, RateSeriesArrivals):
+            rate = max(window[1] for window in arrivals.windows)
+        by_rate = None if rate is None or duration_s is None else rate * duration_s
+        if self.max_requests is None:
+            return by_rate
+        return float(self.max_requests) if by_rate is None else min(by_rate, float(self.max_requests))
 
     def model_names(self) -> list[str]:
         """The models the mix can draw, in order."""
@@ -178,9 +211,9 @@ class TraceConfig(Strict):
     format: Literal[TRACE_FORMATS] = "mmsim"
     model: str | None = None
     model_map: dict[str, str] | None = None
-    time_scale: PositiveFloat = 1.0
-    start_s: NonNegativeFloat | None = None
-    end_s: PositiveFloat | None = None
+    time_scale: Scale = 1.0
+    start_s: Instant | None = None
+    end_s: Seconds | None = None
     skip_bad: bool = False
     arrivals: Arrivals | None = None
 
@@ -200,13 +233,33 @@ class WorkloadConfig(Strict):
 
     ``time_scale`` multiplies all arrival times (0.5 = twice the rate).
     ``output_length_error`` is the CV of the lognormal noise on predicted output
-    lengths (0 = oracle); the engine applies it.
+    lengths (0 = oracle); the engine applies it. A scenario records the names it
+    serves in ``served_models``, so that a trace row naming another model is an
+    error rather than a silent drop.
     """
 
     generator: GeneratorConfig | None = None
     trace: TraceConfig | None = None
-    time_scale: PositiveFloat = 1.0
-    output_length_error: NonNegativeFloat = 0.0
+    time_scale: Scale = 1.0
+    output_length_error: float = Field(default=0.0, ge=0, le=10)
+    _served_models: frozenset[str] | None = PrivateAttr(default=None)
+
+    @property
+    def served_models(self) -> frozenset[str] | None:
+        """The deployments of the scenario holding this workload (None outside a scenario)."""
+        return self._served_models
+
+    def serve(self, names) -> None:
+        """Record the deployments the scenario serves."""
+        self._served_models = frozenset(names)
+
+    def requested_models(self) -> list[str]:
+        """The models the workload names without reading a file (mix, trace ``model`` or ``model_map``)."""
+        if self.generator is not None:
+            return self.generator.model_names()
+        if self.trace.model is not None:
+            return [self.trace.model]
+        return sorted(set((self.trace.model_map or {}).values()))
 
     @model_validator(mode="after")
     def _one_source(self) -> WorkloadConfig:

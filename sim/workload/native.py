@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.errors import MmsimError
+from sim.files import check_regular_file, cut
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import NATIVE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, make_chunk
 from sim.workload.rows import ImportOptions, RowReport, finite_numbers, whole_numbers
@@ -47,7 +48,7 @@ def _check_columns(names, path: Path, where: str) -> None:
     unknown = [name for name in names if name not in NATIVE_COLUMNS]
     missing = [name for name in REQUIRED_COLUMNS if name not in names]
     if unknown or missing:
-        problem = f"unknown column {unknown[0]!r}" if unknown else f"missing column {missing[0]!r}"
+        problem = f"unknown column {cut(unknown[0])!r}" if unknown else f"missing column {missing[0]!r}"
         raise MmsimError(f"{problem} in the {where}; native columns are {', '.join(NATIVE_COLUMNS)} "
                          "(another format? see mmsim trace formats)", source=str(path))
 
@@ -66,9 +67,9 @@ def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChu
                 if surplus:
                     keep[index] = False
                     name = min(surplus)
-                    report.reject(int(lines[index]), f"key {name!r} is not on the first line (the first line sets "
+                    report.reject(int(lines[index]), f"key {cut(name)!r} is not on the first line (the first line sets "
                                   "the columns)" if name in OPTIONAL_COLUMNS else
-                                  f"unknown key {name!r}; native keys are {', '.join(NATIVE_COLUMNS)}")
+                                  f"unknown key {cut(name)!r}; native keys are {', '.join(NATIVE_COLUMNS)}")
             records, lines = [record for record, ok in zip(records, keep) if ok], lines[keep]
             frame = pd.DataFrame.from_records(records)
         if len(frame):
@@ -78,20 +79,44 @@ def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChu
 
 def _read_parquet(path: Path, report: RowReport, rows: int) -> Iterator[RequestChunk]:
     report.unit = "row"
+    check_regular_file(path, "trace file")
     try:
         parquet = pq.ParquetFile(path)
     except FileNotFoundError:
         raise MmsimError("file not found", source=str(path)) from None
     except (pa.ArrowInvalid, OSError) as error:
-        raise MmsimError(f"not a readable Parquet file ({error})", source=str(path)) from None
+        raise MmsimError(f"not a readable Parquet file ({cut(error)})", source=str(path)) from None
     _check_columns(parquet.schema_arrow.names, path, "schema")
+    _check_parquet_types(parquet.schema_arrow, path)
     first = 1
-    for batch in parquet.iter_batches(batch_size=rows):
+    batches = parquet.iter_batches(batch_size=rows)
+    while True:
+        try:
+            batch = next(batches, None)
+        except (pa.ArrowException, OSError) as error:
+            raise MmsimError(f"damaged Parquet file ({cut(error)})", source=str(path)) from None
+        if batch is None:
+            return
         frame = batch.to_pandas()
         lines = np.arange(first, first + len(frame), dtype=np.int64)
         first += len(frame)
         report.rows_read += len(frame)
         yield decode_native(frame, lines, report, prefix_text=False)
+
+
+def _check_parquet_types(schema: pa.Schema, path: Path) -> None:
+    """Numbers must be stored as numbers: a timestamp is not seconds, a boolean is not a token count."""
+    for name in ("arrival_s", "prompt_tokens", "output_tokens", "priority"):
+        if name in schema.names:
+            kind = schema.field(name).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                raise MmsimError(f"column {name} has type {kind}; expected a number"
+                                 + (" of seconds (not a timestamp)" if name == "arrival_s" else ""), source=str(path))
+    for name in ("model", "slo_class"):
+        if name in schema.names and not (pa.types.is_string(schema.field(name).type)
+                                         or pa.types.is_large_string(schema.field(name).type)
+                                         or pa.types.is_dictionary(schema.field(name).type)):
+            raise MmsimError(f"column {name} has type {schema.field(name).type}; expected text", source=str(path))
 
 
 def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, prefix_text: bool) -> RequestChunk:

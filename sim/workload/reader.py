@@ -4,12 +4,14 @@ The same steps follow every format's reader: rows must be in time order; the
 time origin is the first row for formats with absolute times (``rebase``),
 time 0 otherwise; the ``start_s``/``end_s`` window is cut (reading stops past
 its end); the window start becomes time 0 and inter-arrival times are
-multiplied by ``time_scale``; model labels are mapped; ``first_id`` numbers the
-rows that come out.
+multiplied by ``time_scale``; model labels are mapped and checked; ``first_id``
+numbers the rows that come out. Times past ``MAX_TIME_S`` after scaling are
+errors (the engine's clock would lose the precision of its steps).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +20,10 @@ import pandas as pd
 
 from sim.catalogue import catalogue, get_model
 from sim.errors import MmsimError
+from sim.files import check_regular_file, cut
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import take
+from sim.workload.config import MAX_TIME_S
 from sim.workload.importers import get_format
 from sim.workload.rows import ImportOptions, RowReport
 
@@ -36,8 +40,11 @@ def check_options(fmt: str, options: ImportOptions) -> None:
     if options.check_models:
         for name in [options.model] if options.model else (options.model_map or {}).values():
             get_model(name)
-    if options.time_scale <= 0:
-        raise MmsimError("time scale must be > 0")
+    if not (math.isfinite(options.time_scale) and 1e-6 <= options.time_scale <= 1e6):
+        raise MmsimError(f"time scale must be a number from 1e-06 to 1e+06, not {options.time_scale}")
+    for flag, value in (("start", options.start_s), ("end", options.end_s)):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_TIME_S):
+            raise MmsimError(f"the window {flag} must be a number of seconds from 0 to {MAX_TIME_S:g}, not {value}")
     if options.start_s is not None and options.end_s is not None and options.end_s <= options.start_s:
         raise MmsimError("the window end must be after its start")
 
@@ -52,7 +59,7 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
     options = options or ImportOptions()
     check_options(fmt, options)
     spec = get_format(fmt)
-    path = Path(path)
+    path = check_regular_file(Path(path), "trace file")
     report = report if report is not None else RowReport(str(path))
     report.skip_bad = options.skip_bad
     known = set(catalogue())
@@ -75,6 +82,9 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
         chunk = take(chunk, (relative_s >= start_s) & (relative_s < end_s))
         past_end = bool(relative_s[-1] >= end_s)
         chunk.arrival_s = (chunk.arrival_s - origin_s - start_s) * options.time_scale
+        late = chunk.arrival_s > MAX_TIME_S
+        chunk = take(chunk, report.check(chunk.extra["line"], [(late, lambda i: f"arrival {chunk.arrival_s[i]:.4g} s "
+                                                                        f"(after the time scale) is past {MAX_TIME_S:g} s")]))
         chunk = _map_models(chunk, spec.model_column, options, report, known)
         chunk.extra = {}
         chunk.first_id = emitted
@@ -99,15 +109,24 @@ def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions,
         mapped = pd.Series(chunk.model).map(options.model_map)
         unmapped = mapped.isna().to_numpy()
         labels = chunk.model
-        keep = report.check(lines, [(unmapped, lambda i: f"model {labels[i]!r} has no entry in the model map "
-                                                         f"({', '.join(options.model_map)})")])
+        keep = report.check(lines, [(unmapped, lambda i: f"model {cut(labels[i])!r} has no entry in the model map "
+                                                         f"({cut(', '.join(options.model_map), 200)})")])
         chunk.model = mapped.to_numpy(dtype=object, na_value=None)
         return take(chunk, keep)
+    if options.served_models is not None:
+        return _check_labels(chunk, report, options.served_models, "is not served by this scenario; map it with "
+                             "model_map, drop its rows with skip_bad: true, or add it to models (served")
     if options.check_models:
-        codes, names = pd.factorize(chunk.model)
-        unknown = np.array([name not in known for name in names], dtype=bool)[codes]
-        labels = chunk.model
-        keep = report.check(lines, [(unknown, lambda i: f"model {labels[i]!r} is not a catalogue model; map it "
-                                                        f"with --model-map LABEL=NAME (known: {', '.join(sorted(known))})")])
-        return take(chunk, keep)
+        return _check_labels(chunk, report, known, "is not a catalogue model; map it with --model-map LABEL=NAME "
+                             "(known")
     return chunk
+
+
+def _check_labels(chunk: RequestChunk, report: RowReport, allowed, why: str) -> RequestChunk:
+    """Rows whose model label is not in ``allowed`` are bad rows, reported with ``why`` and the allowed names."""
+    codes, names = pd.factorize(chunk.model)
+    unknown = np.array([name not in allowed for name in names], dtype=bool)[codes]
+    labels = chunk.model
+    keep = report.check(chunk.extra["line"], [(unknown, lambda i: f"model {cut(labels[i])!r} {why}: "
+                                                                  f"{', '.join(sorted(allowed))})")])
+    return take(chunk, keep)

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import MmsimError
-from sim.workload.config import Arrivals
+from sim.files import cut
+from sim.workload.config import MAX_TIME_S, Arrivals
 
 MAX_TOKENS = 1 << 40
 """Lengths above this are surely corrupt (and would overflow token arithmetic downstream)."""
@@ -30,7 +31,8 @@ class ImportOptions:
     inter-arrival times are then multiplied by ``time_scale``. ``arrivals`` and
     ``seed`` give length-pair files (which have no times) their arrival process;
     ``base_dir`` resolves file paths inside ``arrivals``. With ``check_models``,
-    output model names must be catalogue models.
+    output model names must be catalogue models; with ``served_models``, they
+    must be among those (a scenario's deployments, aliases included).
     """
 
     model: str | None = None
@@ -43,6 +45,7 @@ class ImportOptions:
     seed: int = 0
     base_dir: str | None = None
     check_models: bool = True
+    served_models: frozenset[str] | None = None
 
 
 @dataclass
@@ -105,8 +108,14 @@ class RowReport:
 
 
 def as_numbers(values) -> np.ndarray:
-    """Float64 values of a column; anything that is not a number becomes NaN."""
+    """Float64 values of a column; anything that is not a number (a boolean, a date) becomes NaN."""
     series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
+    if pd.api.types.is_bool_dtype(series) or not (pd.api.types.is_numeric_dtype(series)
+                                                  or pd.api.types.is_object_dtype(series)
+                                                  or pd.api.types.is_string_dtype(series)):
+        return np.full(len(series), np.nan)
+    if series.dtype == object:
+        series = series.map(lambda value: np.nan if isinstance(value, (bool, np.bool_)) else value)
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
@@ -119,14 +128,15 @@ def whole_numbers(values, column: str, minimum: int = 1):
     return ints, bad, lambda i: f"{column} {_show(values, i)} is not a whole number >= {minimum}"
 
 
-def finite_numbers(values, column: str, minimum: float | None = None):
-    """(float64 values, bad mask, reason) for a column of finite numbers (>= ``minimum`` if given)."""
+def finite_numbers(values, column: str, minimum: float | None = None, maximum: float = MAX_TIME_S):
+    """(float64 values, bad mask, reason) for a column of finite numbers (>= ``minimum`` if given, <= ``maximum``)."""
     numbers = as_numbers(values)
     bad = ~np.isfinite(numbers)
-    if minimum is not None:
-        with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):
+        bad |= np.abs(numbers) > maximum
+        if minimum is not None:
             bad |= numbers < minimum
-    limit = f" >= {minimum:g}" if minimum is not None else ""
+    limit = f" from {minimum:g} to {maximum:g}" if minimum is not None else f" of at most {maximum:g}"
     return np.where(bad, 0.0, numbers), bad, lambda i: f"{column} {_show(values, i)} is not a number{limit}"
 
 
@@ -135,4 +145,4 @@ def _show(values, i: int) -> str:
     value = values.iloc[i] if isinstance(values, pd.Series) else values[i]
     if value is None or isinstance(value, float) and np.isnan(value):
         return "(missing)"
-    return repr(value) if isinstance(value, str) else str(value)
+    return repr(cut(value)) if isinstance(value, str) else cut(value)

@@ -49,10 +49,11 @@ class LengthHistogram:
             return None
         rank = max(1, math.ceil(q / 100 * self.total))
         cumulative = np.cumsum(self.counts)
-        if rank <= cumulative[-1]:
+        small = int(cumulative[-1]) if len(cumulative) else 0  # every length may be above the histogram
+        if rank <= small:
             return int(np.searchsorted(cumulative, rank))
         large = np.sort(np.concatenate(self.large))
-        return int(large[rank - cumulative[-1] - 1])
+        return int(large[rank - small - 1])
 
     def summary(self) -> dict:
         """Mean, percentiles and maximum (None when nothing was counted)."""

@@ -5,7 +5,8 @@ in memory whole; each block is parsed by pandas (CSV) or ``json`` (JSONL).
 Lines with the wrong number of fields and JSON that does not parse are
 reported to the :class:`RowReport` with their line numbers; blank lines are
 ignored. CRLF line ends, a final line without newline, a UTF-8 byte-order mark
-and gzip compression (``.gz``) are handled.
+and gzip compression (``.gz``) are handled; a damaged or truncated ``.gz`` and
+text that is not UTF-8 are errors naming the file (and line).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import csv
 import gzip
 import io
 import json
+import zlib
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -23,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import MmsimError
+from sim.files import check_regular_file, cut
 from sim.workload.rows import RowReport
 
 TRACE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -48,19 +51,27 @@ def resolve_input(path: str, base_dir: Path | None, field: str) -> Path:
     else:
         options = ([Path(base_dir) / candidate] if base_dir is not None else []) + [Path.cwd() / candidate]
     for option in options:
-        if option.is_file():
-            return option
+        if option.exists():
+            return check_regular_file(option, "input file")
     raise MmsimError(f"file {path!r} not found (looked in {', '.join(str(o.parent) for o in options)})", field=field)
 
 
 def open_bytes(path: Path) -> BinaryIO:
-    """The file opened for binary reading, decompressing ``.gz``; a missing file is a user error."""
+    """The file opened for binary reading, decompressing ``.gz``; a missing or special file is a user error."""
+    check_regular_file(path, "trace file")
     try:
         return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
-    except FileNotFoundError:
-        raise MmsimError("file not found", source=str(path)) from None
-    except IsADirectoryError:
-        raise MmsimError("is a directory, not a trace file", source=str(path)) from None
+    except OSError as error:
+        raise MmsimError(f"cannot read trace file ({error.strerror})", source=str(path)) from None
+
+
+def read_lines(handle: BinaryIO, rows: int, path: Path) -> list[bytes]:
+    """The next ``rows`` lines (fewer at the end); a damaged gzip stream is a user error naming the file."""
+    try:
+        return list(islice(handle, rows))
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as error:
+        problem = "truncated" if isinstance(error, EOFError) else cut(str(error) or type(error).__name__)
+        raise MmsimError(f"not a readable gzip file ({problem})", source=str(path)) from None
 
 
 def _decode(raw: bytes, path: Path, number: int) -> str:
@@ -72,10 +83,31 @@ def _decode(raw: bytes, path: Path, number: int) -> str:
 
 def read_header(handle: BinaryIO, path: Path) -> list[str]:
     """Column names from the first line."""
-    first = handle.readline()
-    if not first.strip():
+    first = read_lines(handle, 1, path)
+    if not first or not first[0].strip():
         raise MmsimError("empty file (expected a header line)", source=str(path))
-    return [name.strip() for name in _decode(first, path, 1).lstrip("\ufeff").rstrip("\r\n").split(",")]
+    return [cut(name.strip()) for name in _decode(first[0], path, 1).lstrip("\ufeff").rstrip("\r\n").split(",")]
+
+
+def _undecodable(block: list[bytes], first_line: int, report: RowReport) -> np.ndarray:
+    """Mask of the block's lines that are not UTF-8 (each reported); one check of the whole block when all are."""
+    bad = np.zeros(len(block), dtype=bool)
+    data = b"".join(block)
+    if data.isascii():
+        return bad
+    try:
+        data.decode("utf-8")
+        return bad
+    except UnicodeDecodeError:
+        pass
+    for index, line in enumerate(block):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad[index] = True
+            report.rows_read += 1
+            report.reject(first_line + index, "not UTF-8 text")
+    return bad
 
 
 def _screen(block: list[bytes], first_line: int, fields: int | None):
@@ -111,7 +143,10 @@ def csv_blocks(path: Path, rows: int, report: RowReport, *, required: tuple[str,
                              f"but {','.join(required)} are needed", source=str(path), field="line 1")
         dtypes = {name: str for name in text_columns if name in names}
         line = 2
-        while block := list(islice(handle, rows)):
+        while block := read_lines(handle, rows, path):
+            undecodable = _undecodable(block, line, report)
+            if undecodable.any():
+                block = [text if not bad else b"\n" for text, bad in zip(block, undecodable)]
             data, numbers, suspect = _screen(block, line, len(names))
             line += len(block)
             failure = None
@@ -163,7 +198,8 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
     """
     with open_bytes(path) as handle:
         line = 1
-        while block := list(islice(handle, rows)):
+        empty = True
+        while block := read_lines(handle, rows, path):
             _, numbers, blank = _screen(block, line, None)
             line += len(block)
             if blank.any():
@@ -172,18 +208,39 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
                 numbers = numbers[~blank]
             if not block:
                 continue
+            empty = False
             report.rows_read += len(block)
+            joined = b",".join(block)
             try:
-                records = json.loads(b"[" + b",".join(block) + b"]")
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                records = json.loads(b"[" + joined + b"]")
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 records = None
             failure = None
             if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
                 records, numbers, failure = _jsonl_lines(block, numbers, report)
+            if b"\\ud" in joined or b"\\uD" in joined:
+                records, numbers = _drop_surrogates(records, numbers, report)
             if records:
                 yield records, numbers
             if failure is not None:
                 report.reject(*failure)
+    if empty:
+        raise MmsimError("empty file (expected one JSON object per line)", source=str(path))
+
+
+def _drop_surrogates(records: list[dict], numbers: np.ndarray, report: RowReport) -> tuple[list[dict], np.ndarray]:
+    """Records whose text is valid Unicode; a ``\\udXXX`` escape without its pair makes a text no file can hold."""
+    keep = np.ones(len(records), dtype=bool)
+    for index, record in enumerate(records):
+        for value in (*record.keys(), *record.values()):
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    keep[index] = False
+                    report.reject(int(numbers[index]), "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
+                    break
+    return [record for record, ok in zip(records, keep) if ok], numbers[keep]
 
 
 def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport):
@@ -193,8 +250,10 @@ def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport):
         try:
             record = json.loads(raw)
             problem = None if isinstance(record, dict) else "expected one JSON object per line"
+        except RecursionError:
+            problem = "not valid JSON (nested too deeply)"
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            problem = f"not valid JSON ({getattr(error, 'msg', None) or error})"
+            problem = f"not valid JSON ({cut(getattr(error, 'msg', None) or error)})"
         if problem is None:
             records.append(record)
             kept.append(line)

@@ -24,6 +24,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from sim.errors import MmsimError
+from sim.files import disk_error
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import REQUIRED_COLUMNS, default_column, optional_columns
 from sim.workload.textfiles import file_kind
@@ -50,6 +51,11 @@ def atomic_path(target: Path) -> Iterator[Path]:
     try:
         yield Path(temporary)
         os.replace(temporary, target)
+    except OSError as error:
+        problem = disk_error(error, target)
+        if problem is None:
+            raise
+        raise problem from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)

@@ -26,7 +26,8 @@ FAILED = "failed requests (0 request or response tokens)"
 def read_burstgpt(path: Path, options: ImportOptions, report: RowReport, rows: int) -> Iterator[RequestChunk]:
     """Chunks with arrival times in the file's seconds and the file's model labels."""
     for _, frame, lines in csv_blocks(path, rows, report, required=COLUMNS, text_columns=("Model",)):
-        seconds, bad_time, why_time = finite_numbers(frame["Timestamp"], "Timestamp", minimum=0.0)
+        seconds, bad_time, why_time = finite_numbers(frame["Timestamp"], "Timestamp", minimum=0.0,
+                                                   maximum=1e11)  # epoch seconds are fine: times are rebased
         prompt, bad_prompt, why_prompt = whole_numbers(frame["Request tokens"], "Request tokens", minimum=0)
         output, bad_output, why_output = whole_numbers(frame["Response tokens"], "Response tokens", minimum=0)
         model, bad_model = text_column(frame["Model"])

@@ -27,7 +27,8 @@ def read_mooncake(path: Path, options: ImportOptions, report: RowReport, rows: i
     """Chunks with arrival times in seconds from the trace start and prefix ids from ``hash_ids``."""
     for records, lines in jsonl_blocks(path, rows, report):
         frame = pd.DataFrame.from_records(records, columns=KEYS)
-        millis, bad_time, why_time = finite_numbers(frame["timestamp"], "timestamp", minimum=0.0)
+        millis, bad_time, why_time = finite_numbers(frame["timestamp"], "timestamp", minimum=0.0,
+                                                 maximum=1e14)  # epoch milliseconds are fine: times are rebased
         prompt, bad_prompt, why_prompt = whole_numbers(frame["input_length"], "input_length")
         output, bad_output, why_output = whole_numbers(frame["output_length"], "output_length")
         parsed = [parse_prefix_ids(value, text=False) for value in frame["hash_ids"].to_numpy(dtype=object, na_value=None)]

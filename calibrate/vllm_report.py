@@ -1,0 +1,63 @@
+"""The HTML section of a ``validate vllm`` result: the error table, a per-request scatter of simulated vs real
+E2E, and CDFs of both, per load level (self-contained: figures are inline SVG)."""
+
+from __future__ import annotations
+
+import html
+import io
+
+import numpy as np
+
+from calibrate.vllm_validate import METRICS
+
+
+def _figure_svg(level: dict) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    per = level["per_request"]
+    real, simulated = np.asarray(per["real_e2e_s"]), np.asarray(per["simulated_e2e_s"])
+    figure, (scatter, cdf) = plt.subplots(1, 2, figsize=(9, 3.6))
+    top = float(max(real.max(), simulated.max())) * 1.05
+    scatter.scatter(real, simulated, s=10)
+    scatter.plot([0, top], [0, top], color="grey", linewidth=0.8)
+    scatter.set(xlabel="real E2E (s)", ylabel="simulated E2E (s)", title="per request", xlim=(0, top), ylim=(0, top))
+    for values, label in ((real, "real"), (simulated, "simulated")):
+        ordered = np.sort(values)
+        cdf.step(ordered, np.arange(1, len(ordered) + 1) / len(ordered), where="post", label=label)
+    cdf.set(xlabel="E2E (s)", ylabel="share of requests", title="E2E CDF")
+    cdf.legend()
+    figure.tight_layout()
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg")
+    plt.close(figure)
+    svg = buffer.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def _error_text(error: float | None) -> str:
+    return "n/a" if error is None else f"{error:+.1f}%"
+
+
+def section(result: dict) -> str:
+    """The validation as an HTML fragment (a ``<section>``)."""
+    parts = [f"<section id='vllm-validation'><h2>mmsim vs {html.escape(result['engine'])}: "
+             f"{html.escape(result['model'])} ({html.escape(result['dtype'])})</h2>"
+             f"<p>Before the replay the engine ran {result['engine_drift_pct']:+.1f}% against the profile's prices "
+             "of the same steps (machine noise since calibration).</p>"]
+    for level in result["levels"]:
+        rows = "".join(f"<tr><td>{name}</td><td>{level['real'][name]:.4g}</td><td>{level['simulated'][name]:.4g}</td>"
+                       f"<td>{_error_text(level['errors_pct'][name])}</td></tr>" for name in METRICS)
+        parts.append(f"<h3>load {level['load']:g} ({level['requests']} requests)</h3><table><tr><th>metric</th>"
+                     f"<th>real</th><th>simulated</th><th>error</th></tr>{rows}</table>{_figure_svg(level)}")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def write_html(result: dict) -> str:
+    """A whole page holding :func:`section`."""
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>mmsim vs vLLM</title><style>"
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+            f"padding:2px 8px;text-align:right}}</style></head><body>{section(result)}</body></html>")

@@ -1,0 +1,160 @@
+"""What ``mmsim run`` prints when a run ends: the summary with each figure explained in its label, the drops per
+model and reason, warnings when the profile or load cannot serve the scenario, and the next command to try."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+DROP_MEANINGS = {
+    "model_not_served": "the policy gave the model no GPU",
+    "model_exceeds_gpu": "the model's weights fit on no GPU",
+    "exceeds_max_model_len": "prompt + output longer than max_model_len",
+    "exceeds_kv_capacity": "needs more KV cache than a GPU holds",
+    "not_placed": "the policy never gave the model an instance",
+    "not_scheduled": "an instance held it but never ran it before the run ended",
+}
+LOW_ATTAINMENT = 0.5
+"""Below this SLO attainment the run is flagged: the profile or the load cannot serve the scenario."""
+BACKLOG_SHARE = 0.05
+"""A larger share of requests still waiting at the end is flagged as more load than the cluster serves."""
+FOLLOW_UPS = ("swap-aware", "slo-aware", "static")
+
+
+def _percentiles(stat: dict | None) -> str:
+    if not stat or stat.get("p50") is None:
+        return "– (no request completed)"
+    return f"{stat['p50']:.3f} / {stat['p90']:.3f} / {stat['p99']:.3f}"
+
+
+def _share(value: float) -> str:
+    return f"{value:.0%}" if value >= 0.1 else f"{value:.1%}"
+
+
+def summary_table(summary: dict) -> Table:
+    """The run's headline figures, one per row, each label saying what the figure means."""
+    lost = summary.get("lost_seconds") or {}
+    kv = float(lost.get("kv_out", 0.0)) + float(lost.get("kv_in", 0.0))
+    rows = [
+        ("requests: completed / dropped", f"{summary['requests_completed']:,} completed, "
+                                          f"{summary['requests_dropped']:,} dropped"),
+        ("throughput: output tokens/s, completed req/s",
+         f"{summary['throughput_tokens_per_s']:.1f} tok/s, {summary['throughput_requests_per_s']:.3f} req/s"),
+        ("goodput: req/s meeting every SLO", f"{summary['goodput_requests_per_s']:.3f} req/s"),
+        ("SLO attainment: share meeting every SLO (drops are misses)", f"{summary['slo_attainment']:.1%}"),
+        ("time to first token, s: p50 / p90 / p99", _percentiles(summary.get("ttft_s"))),
+        ("time per output token, s: p50 / p90 / p99", _percentiles(summary.get("tpot_s"))),
+        ("end-to-end latency, s: p50 / p90 / p99", _percentiles(summary.get("e2e_s"))),
+        ("preemptions: times a running request was paused", f"{summary.get('preemptions', 0):,}"),
+        ("seconds paused", f"reload {lost.get('reload', 0.0):.1f}, unload {lost.get('unload', 0.0):.1f}, "
+                           f"KV {kv:.2f}, recompute {lost.get('recompute', 0.0):.1f}"),
+        ("model loads / unloads", f"{summary.get('loads', 0)} / {summary.get('unloads', 0)}"),
+        ("GPU busy share: time the GPUs were computing", f"{summary.get('gpu_busy_share', 0.0):.1%}"),
+        ("simulated / wall time", f"{summary.get('simulated_seconds', 0.0):.1f} s / "
+                                  f"{summary.get('sim_wall_seconds', 0.0):.2f} s"),
+    ]
+    table = Table(title=f"{summary['scenario']} — policy {summary['policy']} (seed {summary['seed']}, profile "
+                        f"{summary.get('profile', '?')})", title_justify="left")
+    table.add_column("what", overflow="fold")
+    table.add_column("value", overflow="fold")
+    for label, value in rows:
+        table.add_row(escape(label), escape(value))
+    return table
+
+
+def drops_by_model(summary: dict, requests: pd.DataFrame | None = None) -> dict[str, dict[str, int]]:
+    """Model → {drop reason: count}, from the summary's per-model figures or, for runs that lack them, from the
+    per-request table."""
+    per_model = summary.get("per_model") or {}
+    found = {m: dict(figures["drop_reasons"]) for m, figures in per_model.items() if figures.get("drop_reasons")}
+    if found or requests is None or "drop_reason" not in requests:
+        return found
+    dropped = requests[requests["status"].ne("completed")]
+    counts = dropped.groupby([dropped["model"].astype(str), dropped["drop_reason"].astype(str)]).size()
+    for (model, reason), count in counts.items():
+        if count:
+            found.setdefault(model, {})[reason] = int(count)
+    return found
+
+
+def drops_table(summary: dict, by_model: dict[str, dict[str, int]]) -> Table | None:
+    """Requests, completed and dropped per model, with the drop reasons (None when nothing was dropped)."""
+    if not summary.get("requests_dropped"):
+        return None
+    table = Table(title="dropped requests by model and reason", title_justify="left")
+    for name, justify in (("model", "left"), ("requests", "right"), ("completed", "right"), ("dropped", "right"),
+                          ("why", "left")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for model, figures in (summary.get("per_model") or {}).items():
+        reasons = by_model.get(model, {})
+        dropped = sum(reasons.values()) if reasons else figures.get("requests", 0) - figures.get("completed", 0)
+        why = ", ".join(f"{reason} {count:,}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        table.add_row(escape(model), f"{figures.get('requests', 0):,}", f"{figures.get('completed', 0):,}",
+                      f"{dropped:,}", escape(why))
+    used = sorted({reason for reasons in by_model.values() for reason in reasons})
+    table.caption = "; ".join(f"{reason}: {DROP_MEANINGS.get(reason, reason)}" for reason in used) or None
+    table.caption_justify = "left"
+    return table
+
+
+def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
+    """Plain sentences for what makes the scenario unservable on this profile and load, worst first."""
+    found = []
+    per_model = summary.get("per_model") or {}
+    for model, reasons in by_model.items():
+        total = (per_model.get(model) or {}).get("requests") or 0
+        too_long = reasons.get("exceeds_max_model_len", 0)
+        if too_long and total:
+            limit = (per_model.get(model) or {}).get("max_model_len")
+            limit_text = f"max_model_len {limit:,} tokens" if isinstance(limit, (int, float)) else "max_model_len"
+            found.append(f"{model}: {_share(too_long / total)} of requests exceed {limit_text} (prompt + output); "
+                         "raise the model's max_model_len in the scenario if its GPU has room, or use GPUs with more memory")
+        if reasons.get("model_exceeds_gpu"):
+            found.append(f"{model}: its weights fit on no GPU of profile {summary.get('profile', '?')}; "
+                         f"{reasons['model_exceeds_gpu']:,} requests dropped (use GPUs with more memory or a "
+                         "smaller dtype)")
+        waited = reasons.get("not_scheduled", 0)
+        if waited and not (per_model.get(model) or {}).get("completed"):
+            found.append(f"{model}: no request ever ran under policy {summary.get('policy')} ({waited:,} waited to "
+                         "the end): no GPU was free for it (a swapping policy such as swap-aware serves every model)")
+        unplaced = reasons.get("model_not_served", 0) + reasons.get("not_placed", 0)
+        if unplaced:
+            found.append(f"{model}: policy {summary.get('policy')} gave it no GPU; {unplaced:,} requests dropped "
+                         "(a swapping policy such as swap-aware serves every model)")
+    # Models that never ran are named above; the backlog is what served models left waiting.
+    waiting = sum(reasons.get("not_scheduled", 0) for model, reasons in by_model.items()
+                  if (per_model.get(model) or {}).get("completed"))
+    total = summary.get("requests_total") or 0
+    if total and waiting / total > BACKLOG_SHARE:
+        found.append(f"{waiting:,} requests ({waiting / total:.0%}) were still waiting when the run ended: the load "
+                     "is more than this cluster serves under this policy")
+    attainment = summary.get("slo_attainment")
+    if attainment is not None and attainment < LOW_ATTAINMENT:
+        found.append(f"SLO attainment is {attainment:.1%}: profile {summary.get('profile', '?')} cannot meet the "
+                     "scenario's SLOs at this load (lower the arrival rate, add GPUs or relax the SLOs)")
+    return found
+
+
+def next_command(summary: dict, scenario_path: Path) -> str:
+    """The ``mmsim compare`` that puts this run's policy beside two others on three seeds."""
+    policy = str(summary.get("policy"))
+    others = [p for p in FOLLOW_UPS if p != policy][:2]
+    return f"mmsim compare {scenario_path} --policies {','.join([policy, *others])} --seeds 3"
+
+
+def print_run_summary(console: Console, summary: dict, requests: pd.DataFrame | None, scenario_path: Path,
+                      out_dir: Path) -> None:
+    """Everything ``mmsim run`` prints after the progress bar, ending with the next command to try."""
+    console.print(summary_table(summary))
+    by_model = drops_by_model(summary, requests)
+    table = drops_table(summary, by_model)
+    if table is not None:
+        console.print(table)
+    for sentence in warnings(summary, by_model):
+        console.print(f"[bold yellow]warning:[/] {escape(sentence)}", highlight=False)
+    console.print(f"results: [bold]{escape(str(out_dir))}[/]", soft_wrap=True, highlight=False)
+    console.print(f"next: [bold]{escape(next_command(summary, scenario_path))}[/]", soft_wrap=True, highlight=False)

@@ -1,0 +1,63 @@
+"""``mmsim validate vllm``: replay a trace through a real vLLM engine and through mmsim, and compare.
+
+The work lives in ``calibrate.vllm_commands``, imported inside the command so that no other command
+imports vLLM or torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from sim.cli import app
+from sim.errors import MmsimError
+
+validate_app = typer.Typer(help="Check mmsim against a real serving engine.", no_args_is_help=True)
+app.add_typer(validate_app, name="validate")
+
+
+def parse_loads(text: str) -> list[float]:
+    try:
+        loads = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise MmsimError(f"--loads {text!r}: expected comma-separated positive numbers, e.g. 0.5,1,2") from None
+    if not loads or any(not 0 < load < 1e6 for load in loads):
+        raise MmsimError(f"--loads {text!r}: expected comma-separated positive numbers, e.g. 0.5,1,2")
+    return loads
+
+
+@validate_app.command("vllm")
+def vllm(
+    source: Path = typer.Argument(..., help="a scenario YAML (one model) or a trace CSV in mmsim's format"),
+    profile: Path = typer.Option(..., "--profile", help="the profile to simulate with (from calibrate --engine vllm)"),
+    loads: str = typer.Option("1", "--loads", help="load levels: factors on the arrival rate, e.g. 0.2,0.6,1.5"),
+    model: str = typer.Option(None, "--model", help="a trace's model: a catalogue name, or the name for --config"),
+    config: Path = typer.Option(None, "--config", help="a Hugging Face config.json of the model"),
+    dtype: str = typer.Option(None, "--dtype", help="fp32, fp16 or bf16 (default: the scenario's, else fp16)"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda:N"),
+    max_num_seqs: int = typer.Option(16, "--max-num-seqs", min=1, help="for a trace (a scenario's engine section wins)"),
+    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", min=16),
+    block_size: int = typer.Option(32, "--block-size", min=1),
+    kv_cache_gib: float = typer.Option(1.0, "--kv-cache-gib", min=0.01),
+    threads: int = typer.Option(1, "--threads", min=1, help="OMP threads of the CPU engine"),
+    out: Path = typer.Option(None, "--out", help="folder for validation.json and validation.html"),
+    max_error: float = typer.Option(None, "--max-error", min=0, help="exit 1 when any |error| exceeds PCT percent"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    seed: int = typer.Option(0, "--seed", min=0, help="seed of a scenario's generated workload"),
+) -> None:
+    """Replay SOURCE at real arrival times through vLLM, simulate it with mmsim, print the errors per load."""
+    from calibrate.vllm_engine import EngineLimits, require_vllm
+    from sim.files import check_output_dir
+
+    require_vllm()
+    levels = parse_loads(loads)
+    if not source.is_file():
+        raise MmsimError("no such file", source=str(source))
+    if out is not None:
+        check_output_dir(out)
+    from calibrate.vllm_commands import validate_vllm_command
+
+    limits = EngineLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+                          kv_cache_gib=kv_cache_gib, threads=threads)
+    validate_vllm_command(source, profile, levels, model, config, dtype, device, limits, out, max_error, as_json, seed)

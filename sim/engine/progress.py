@@ -1,0 +1,89 @@
+"""The progress guard: a run that stops producing tokens while work is outstanding is stopped with a diagnosis.
+
+A policy can loop without end — two models evicting each other before either
+finishes a request, or a timer re-checking a decision that never changes — and
+a simulation of such a loop would run forever. The guard watches two figures
+since the last step that computed anything (a prefill chunk or a decode
+iteration): the model loads started, and the simulated seconds passed. When
+either passes the scenario's limit (``engine.progress_max_loads``,
+``engine.progress_horizon_s``) with requests outstanding, the run stops with
+:class:`NoProgress`, naming the policy, the models and the loop.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from sim.errors import MmsimError
+
+if TYPE_CHECKING:
+    from sim.engine.engine import Engine
+
+
+class NoProgress(MmsimError):
+    """The run made no progress for longer than the scenario allows."""
+
+
+class ProgressGuard:
+    """Loads and simulated time since the engine last computed a token, and the stop when they run away."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.last_progress_s = 0.0
+        self.loads: Counter[str] = Counter()
+        self.unloads: Counter[str] = Counter()
+
+    def made(self, now: float) -> None:
+        """A step computed tokens at ``now``."""
+        self.last_progress_s = now
+        if self.loads or self.unloads:
+            self.loads.clear()
+            self.unloads.clear()
+
+    def loaded(self, model: str, now: float) -> None:
+        self.loads[model] += 1
+        if sum(self.loads.values()) >= self.engine.config.progress_max_loads:
+            self.stop(now)
+        self.check(now)
+
+    def unloaded(self, model: str) -> None:
+        self.unloads[model] += 1
+
+    def check(self, now: float) -> None:
+        """Stop the run if no token was computed for longer than the horizon while work is outstanding."""
+        if self.engine.outstanding and now - self.last_progress_s > self.engine.config.progress_horizon_s:
+            self.stop(now)
+
+    def stop(self, now: float) -> None:
+        raise NoProgress(self.diagnosis(now))
+
+    def diagnosis(self, now: float) -> str:
+        engine = self.engine
+        head = (f"{engine.policy.name or type(engine.policy).__name__}: no token computed since "
+                f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {engine.outstanding:,} request(s) outstanding")
+        loads = sum(self.loads.values())
+        if loads:
+            models = sorted(self.loads, key=lambda m: (-self.loads[m], m))
+            named = " and ".join(f"{m} ({self.loads[m]:,} loads, {self.unloads[m]:,} unloads)" for m in models[:4])
+            loop = "evict each other" if len(models) > 1 else "is loaded and unloaded over and over"
+            head += f"; {loads:,} model loads in that time: {named} {loop}"
+        else:
+            head += f"; {self.waiting_summary()}"
+        return (f"{head}. The run is stopped: the policy loops without serving anyone "
+                f"(engine.progress_max_loads / progress_horizon_s set the limits)")
+
+    def waiting_summary(self) -> str:
+        """Where the outstanding requests sit, per model: what a person needs to see why nothing runs."""
+        engine = self.engine
+        held: Counter[str] = Counter()
+        for model, queue in enumerate(engine.pending):
+            if queue:
+                held[f"{engine.model_names[model]} unplaced"] += len(queue)
+        for instance in engine.instances:
+            for state, queue in (("waiting", instance.waiting), ("swapped", instance.swapped)):
+                if queue:
+                    held[f"{instance.name} {state} on GPU {instance.gpu.index}"] += len(queue)
+        if not held:
+            return "nothing is queued anywhere"
+        return "requests wait as " + ", ".join(f"{where}: {count:,}" for where, count in held.most_common(6))

@@ -1,0 +1,226 @@
+"""Safe reading of the user's input files and checks of output paths, shared by every command.
+
+Inputs: only regular files are read (a FIFO would block, ``/dev/zero`` never
+ends), YAML and JSON are read up to a size cap, decoded as strict UTF-8, parsed
+with duplicate keys refused, and checked for nesting depth and lone surrogates
+(which cannot be printed or written back). Outputs: a folder or file target is
+checked before any work starts, so a run does not fail on a read-only or
+misnamed ``--out`` after minutes of simulation.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from sim.errors import MmsimError
+
+MAX_CONFIG_BYTES = 16 << 20
+"""Largest YAML or JSON input read (scenarios, sweeps, profiles): far above any real one."""
+MAX_DEPTH = 64
+"""Deepest nesting of lists and mappings accepted in a YAML or JSON input (real files nest < 10)."""
+MAX_VALUES = 1_000_000
+"""Most values (scalars and containers) one YAML or JSON input may hold."""
+DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+               errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EFBIG: "file too large"}
+
+
+def check_regular_file(path: Path, what: str = "file") -> Path:
+    """``path`` if it names an existing regular file, else a user error saying what it is instead."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise MmsimError(f"{what} not found", source=str(path)) from None
+    except OSError as error:
+        raise MmsimError(f"cannot read {what} ({error.strerror})", source=str(path)) from None
+    if stat.S_ISDIR(mode):
+        raise MmsimError(f"is a folder, not a {what}", source=str(path))
+    if not stat.S_ISREG(mode):
+        raise MmsimError(f"not a regular file (a device, FIFO or socket); expected a {what}", source=str(path))
+    return path
+
+
+def read_text(path: Path, what: str = "file", max_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """The whole text of a small regular file, strict UTF-8 (a byte-order mark is dropped)."""
+    path = check_regular_file(path, what)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as error:
+        raise MmsimError(f"cannot read {what} ({error.strerror})", source=str(path)) from None
+    if len(data) > max_bytes:
+        raise MmsimError(f"larger than {max_bytes >> 20} MiB, too large for a {what}", source=str(path))
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise MmsimError(f"not UTF-8 text (byte 0x{data[error.start]:02x} at line {line}); save the file as UTF-8",
+                         source=str(path)) from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (YAML says keys are unique)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # ``<<: *base`` may be overridden: not a duplicate
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: PyYAML's own check reports it
+                continue
+            if duplicate:
+                raise MmsimError(f"key {cut(key)!r} given twice (line {key_node.start_mark.line + 1}); keep one")
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, source: str) -> object:
+    """Parse YAML text with the checks of this module; errors name ``source`` and the line."""
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except MmsimError as error:
+        raise MmsimError(str(error), source=source) from None
+    except RecursionError:
+        raise MmsimError(f"nested too deeply (more than {MAX_DEPTH} levels)", source=source) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise MmsimError(f"not valid YAML{where}: {problem}", source=source) from None
+    check_tree(data, source)
+    return data
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"key {cut(twice)!r} given twice")
+    return dict(pairs)
+
+
+def parse_json(text: str | bytes, source: str) -> object:
+    """Parse JSON text with duplicate keys refused, then the depth and text checks."""
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_pairs)
+    except json.JSONDecodeError as error:
+        raise MmsimError(f"not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})",
+                         source=source) from None
+    except RecursionError:
+        raise MmsimError(f"nested too deeply (more than {MAX_DEPTH} levels)", source=source) from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise MmsimError(f"not valid JSON ({cut(str(error))})", source=source) from None
+    check_tree(data, source)
+    return data
+
+
+def load_yaml(path: Path, what: str = "YAML file") -> object:
+    """A YAML file read and parsed safely (see the module docstring)."""
+    return parse_yaml(read_text(path, what), str(path))
+
+
+def load_json(path: Path, what: str = "JSON file") -> object:
+    """A JSON file read and parsed safely (see the module docstring)."""
+    return parse_json(read_text(path, what), str(path))
+
+
+def check_tree(data: object, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH, more than MAX_VALUES values (YAML aliases expanding like the
+    "billion laughs") and strings with lone surrogates; iterative, so a deep file cannot exhaust the stack."""
+    pending = [(data, 0)]
+    visited = 0
+    while pending:
+        node, depth = pending.pop()
+        visited += 1
+        if visited > MAX_VALUES:
+            raise MmsimError(f"more than {MAX_VALUES} values (counting what YAML aliases repeat)", source=source)
+        if isinstance(node, str):
+            if not node.isascii():
+                try:
+                    node.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise MmsimError(f"text {cut(node.encode('utf-8', 'backslashreplace').decode())!r} holds a lone "
+                                     "surrogate (an invalid \\ud800-\\udfff escape)", source=source) from None
+            continue
+        if isinstance(node, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise MmsimError(f"nested too deeply (more than {MAX_DEPTH} levels)", source=source)
+            items = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+            pending.extend((item, depth + 1) for item in items)
+
+
+def cut(text: object, limit: int = 80) -> str:
+    """``text`` shortened to ``limit`` characters for messages (a 2 MB field must not be echoed whole)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def safe_name(text: str, fallback: str) -> str:
+    """``text`` as one path component: letters, digits and ``.+-_`` only, never ``.``/``..`` or empty.
+
+    Names from data files (a scenario's or sweep's ``name``) end up in paths; ``../../x`` must not escape.
+    """
+    name = re.sub(r"[^A-Za-z0-9.+_-]+", "_", text).strip("._")[:120]
+    return name or fallback
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _probe_writable(folder: Path, source: str) -> None:
+    """Create and remove a file in ``folder``: the only test that also holds for root and odd mounts."""
+    try:
+        handle, probe = tempfile.mkstemp(dir=folder, prefix=".mmsim-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise MmsimError(f"cannot write there ({error.strerror})", source=source) from None
+
+
+def check_output_dir(path: Path) -> Path:
+    """A folder that can be created (or exists) and written to, checked before any work starts."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise MmsimError("exists and is not a folder; give a folder for the results", source=str(path))
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise MmsimError(f"cannot create a folder under {existing}: it is not a folder", source=str(path))
+    _probe_writable(existing, str(path))
+    return path
+
+
+def check_output_file(path: Path) -> Path:
+    """A file target that is not a folder or device, in a folder that exists (or can be created) and is writable."""
+    path = Path(path)
+    if path.is_dir():
+        raise MmsimError("is a folder; give a file name", source=str(path))
+    if path.exists() and not path.is_file():
+        raise MmsimError("not a regular file (a device or FIFO); give a file name", source=str(path))
+    parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise MmsimError(f"the output folder {parent} is not a folder", source=str(path))
+    check_output_dir(parent)
+    return path
+
+
+def disk_error(error: OSError, path: Path) -> MmsimError | None:
+    """A one-line user error for a write that failed for want of space, quota or permission, else None."""
+    reason = DISK_ERRORS.get(error.errno)
+    if reason is None:
+        return None
+    return MmsimError(f"cannot write: {reason}", source=str(path))

@@ -1,0 +1,385 @@
+"""Bad input and special files: each class of issue 14 gives one line, exit code 2, no traceback, no output.
+
+Outputs and faults are in test_bad_input_outputs.py; generated cases in test_fuzz_inputs.py.
+
+Every case runs the CLI in this process (as the ``mmsim`` entry point does) under a time limit, so a hang
+fails the test instead of stalling it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from sim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "sim" / "data" / "profiles" / "paper-rtx5000.json"
+TRACE_HEADER = "arrival_s,model,prompt_tokens,output_tokens\n"
+
+
+class Hang(BaseException):
+    """Raised by the alarm when a command runs past its time limit (not an Exception: nothing may catch it)."""
+
+
+def cli(*args, timeout_s: float = 30.0, cwd: Path | None = None) -> tuple[int, str]:
+    """Run ``mmsim ARGS`` in this process; (exit code, stdout + stderr). A run past ``timeout_s`` raises Hang."""
+    def expire(signum, frame):
+        raise Hang(f"mmsim {' '.join(map(str, args))} ran past {timeout_s} s")
+
+    output = io.StringIO()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    sys.argv = ["mmsim", *map(str, args)]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            main()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        sys.argv = saved_argv
+        os.chdir(saved_cwd)
+    return code, output.getvalue()
+
+
+def refused(args, *expected: str, out: Path | None = None, **kwargs) -> str:
+    """Assert the command is refused: exit 2, one ``error:`` line containing ``expected``, nothing at ``out``."""
+    code, text = cli(*args, **kwargs)
+    assert code == 2, text
+    assert "Traceback" not in text
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), text
+    for part in expected:
+        assert part in text, text
+    if out is not None:
+        assert not Path(out).exists(), f"{out} was left behind"
+    return text
+
+
+def tiny_scenario(**overrides) -> dict:
+    """A scenario that runs in a fraction of a second."""
+    data = {
+        "name": "tiny", "seed": 1, "profile": "paper-rtx5000",
+        "cluster": {"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 64},
+        "models": [{"name": "qwen2.5-3b"}],
+        "workload": {"generator": {"duration_s": 3, "arrivals": {"process": "poisson", "rate_per_s": 2.0},
+                                   "mix": {"qwen2.5-3b": 1.0},
+                                   "prompt_tokens": {"dist": "constant", "value": 64},
+                                   "output_tokens": {"dist": "constant", "value": 8}}},
+        "slo": {"default": {"ttft_s": 2.0, "tpot_s": 0.1}},
+        "policy": {"name": "static"},
+    }
+    data.update(overrides)
+    return data
+
+
+def write(path: Path, content: str | bytes) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def write_yaml(path: Path, data: dict) -> Path:
+    return write(path, yaml.safe_dump(data))
+
+
+def set_field(data: dict, dotted: str, value) -> dict:
+    node = data
+    *parents, last = dotted.split(".")
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node.setdefault(part, {})
+    node[last] = value
+    return data
+
+
+# --- encodings and depth --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content", [bytes([0x99, 0x01, 0xFE, 0xFF]), "name: x\n".encode("utf-16")])
+def test_scenario_not_utf8(tmp_path, content):
+    path = write(tmp_path / "s.yaml", content)
+    refused(["run", path, "--out", tmp_path / "o"], str(path), "not UTF-8", out=tmp_path / "o")
+
+
+def test_lone_surrogate_name_is_refused_before_running(tmp_path):
+    path = write(tmp_path / "s.yaml", yaml.safe_dump(tiny_scenario()).replace("name: tiny", 'name: "\\ud800"'))
+    refused(["run", path, "--out", tmp_path / "o"], "surrogate", out=tmp_path / "o")
+
+
+def test_trace_row_not_utf8(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER.encode() + b"2.1,qwen\xff,100,20\n")
+    refused(["trace", "stats", trace], str(trace), "line 2", "not UTF-8")
+
+
+def test_profile_not_utf8(tmp_path):
+    profile = write(tmp_path / "p.json", b"\x99\x01\xfe\xff")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(profile=str(profile)))
+    refused(["run", scenario, "--out", tmp_path / "o"], str(profile), "not UTF-8", out=tmp_path / "o")
+
+
+def test_deep_yaml(tmp_path):
+    path = write(tmp_path / "s.yaml", "[" * 1000 + "]" * 1000)
+    refused(["run", path, "--out", tmp_path / "o"], "nested too deeply", out=tmp_path / "o")
+
+
+def test_deep_json_in_trace_and_profile(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    trace = write(tmp_path / "t.jsonl", deep + "\n")
+    refused(["trace", "stats", trace], str(trace), "line 1")
+    profile = write(tmp_path / "p.json", deep)
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(profile=str(profile)))
+    refused(["run", scenario, "--out", tmp_path / "o"], "nested too deeply", out=tmp_path / "o")
+
+
+# --- numbers: finite, in range, of the right type -------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [
+    ("workload.generator.arrivals.rate_per_s", float("inf")),
+    ("cluster.gpu_memory_gb", float("inf")),
+    ("cluster.host_memory_gb", float("inf")),
+    ("workload.generator.mix.qwen2.5-3b", float("inf")),
+    ("workload.generator.output_tokens", {"dist": "lognormal", "mean": 100, "cv": 1e308}),
+    ("workload.generator.arrivals", {"process": "gamma", "rate_per_s": 1.0, "cv": float("inf")}),
+    ("workload.output_length_error", float("inf")),
+    ("cluster.gpus_per_node", 10**18),
+    ("cluster.nodes", 10**18),
+    ("workload.generator.duration_s", 1e300),
+    ("workload.generator.max_requests", 10**18),
+    ("seed", -1),
+    ("slo.default.tpot_s", True),
+    ("engine.max_num_seqs", "64"),
+])
+def test_scenario_number_out_of_range(tmp_path, field, value):
+    data = tiny_scenario()
+    if field == "workload.generator.mix.qwen2.5-3b":
+        data["workload"]["generator"]["mix"]["qwen2.5-3b"] = value
+    else:
+        set_field(data, field, value)
+    path = write_yaml(tmp_path / "s.yaml", data)
+    leaf = field.split(".")[-1] if field != "workload.generator.mix.qwen2.5-3b" else "mix"
+    refused(["run", path, "--out", tmp_path / "o"], str(path), leaf, out=tmp_path / "o")
+
+
+def test_absurd_run_size_is_refused_with_the_figure(tmp_path):
+    data = tiny_scenario()
+    set_field(data, "workload.generator.duration_s", 1e8)
+    path = write_yaml(tmp_path / "s.yaml", data)
+    refused(["run", path, "--out", tmp_path / "o"], "2e+08 requests", out=tmp_path / "o")
+    set_field(data, "workload.generator.arrivals.rate_per_s", 100.0)
+    path = write_yaml(tmp_path / "s.yaml", data)
+    refused(["run", path, "--out", tmp_path / "o"], "1e+10 requests", out=tmp_path / "o")
+
+
+def _profile(tmp_path, edit) -> Path:
+    data = json.loads(PROFILE.read_text())
+    edit(data)
+    return write(tmp_path / "p.json", json.dumps(data))
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: d["models"]["qwen2.5-3b"]["gpu"].update(decode_base_s=float("inf")), "decode_base_s"),
+    (lambda d: d["models"]["qwen2.5-3b"]["gpu"].update(decode_base_s=1e300), "decode_base_s"),
+    (lambda d: d["weights"]["from_disk"].update(bandwidth_bytes_per_s=1e-300), "bandwidth_bytes_per_s"),
+    (lambda d: d["hardware"]["gpu"].update(memory_bytes="16e9"), "memory_bytes"),
+    (lambda d: d["hardware"]["gpu"].update(memory_bytes=True), "memory_bytes"),
+])
+def test_profile_numbers(tmp_path, edit, expected):
+    profile = _profile(tmp_path, edit)
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["run", scenario, "--profile", profile, "--out", tmp_path / "o"], str(profile), expected,
+            out=tmp_path / "o")
+
+
+def test_profile_duplicate_key(tmp_path):
+    text = PROFILE.read_text().replace('"schema_version": 1,', '"schema_version": 1, "schema_version": 1,', 1)
+    profile = write(tmp_path / "p.json", text)
+    refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--profile", profile, "--out", tmp_path / "o"],
+            "given twice", out=tmp_path / "o")
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "{s}", "--seed", "-1", "--out", "{o}"],
+    ["trace", "generate", "--out", "{o}", "--seed", "-1", "--duration", "2", "--rate", "1", "--mix", "qwen3-8b=1"],
+])
+def test_negative_seed_flags(tmp_path, args):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    out = tmp_path / "o.csv"
+    code, text = cli(*[a.format(s=scenario, o=out) for a in args])
+    assert code == 2 and "Traceback" not in text and "--seed" in text and not out.exists()
+
+
+# --- damaged traces ----------------------------------------------------------------------------------------------
+
+def test_truncated_and_fake_gzip(tmp_path):
+    whole = gzip.compress((TRACE_HEADER + "".join(f"{i},qwen3-8b,10,5\n" for i in range(5000))).encode())
+    truncated = write(tmp_path / "t.csv.gz", whole[: len(whole) // 2])
+    refused(["trace", "stats", truncated], str(truncated), "gzip")
+    fake = write(tmp_path / "f.csv.gz", TRACE_HEADER + "0,qwen3-8b,10,5\n")
+    refused(["trace", "stats", fake], str(fake), "gzip")
+
+
+def _parquet(path: Path, **columns) -> Path:
+    base = {"arrival_s": pa.array([0.5, 1.0]), "model": pa.array(["qwen3-8b", "qwen3-8b"]),
+            "prompt_tokens": pa.array([10, 20]), "output_tokens": pa.array([5, 6])}
+    base.update(columns)
+    pq.write_table(pa.table(base), path)
+    return path
+
+
+def test_parquet_timestamp_and_boolean_columns(tmp_path):
+    stamps = pa.array([1_700_000_000_000_000, 1_700_000_001_000_000], pa.timestamp("us"))
+    refused(["trace", "stats", _parquet(tmp_path / "a.parquet", arrival_s=stamps)], "arrival_s", "timestamp")
+    refused(["trace", "stats", _parquet(tmp_path / "b.parquet", prompt_tokens=pa.array([True, False]))],
+            "prompt_tokens", "bool")
+    jsonl = write(tmp_path / "c.jsonl", '{"arrival_s": 0, "model": "qwen3-8b", "prompt_tokens": true, '
+                                        '"output_tokens": 5}\n')
+    refused(["trace", "stats", jsonl], "line 1", "prompt_tokens True")
+
+
+def test_unknown_model_is_refused_by_stats_run_and_import(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,gpt-9,10,5\n")
+    refused(["trace", "stats", trace], "'gpt-9'", "line 2")
+    refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv"], "'gpt-9'", "line 2", out=tmp_path / "o.csv")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": {"path": "t.csv"}}))
+    refused(["run", scenario, "--out", tmp_path / "o"], "'gpt-9'", "line 2", out=tmp_path / "o")
+
+
+def test_long_fields_are_cut_in_messages(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0.5,{'m' * 2_500_000},10,5\n")
+    text = refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv"], "characters")
+    assert len(text) < 3000
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.jsonl"])
+def test_empty_trace_files_agree(tmp_path, name):
+    refused(["trace", "stats", write(tmp_path / name, "")], "empty file")
+
+
+# --- silent accepts ----------------------------------------------------------------------------------------------
+
+def test_mix_naming_an_unserved_model(tmp_path):
+    data = tiny_scenario()
+    data["workload"]["generator"]["mix"] = {"qwen2.5-3b": 0.5, "qwen3-8b": 0.5}
+    refused(["run", write_yaml(tmp_path / "s.yaml", data), "--out", tmp_path / "o"], "mix", "'qwen3-8b'",
+            "not served", out=tmp_path / "o")
+
+
+def test_duplicate_yaml_keys(tmp_path):
+    text = yaml.safe_dump(tiny_scenario()) + "seed: 2\n"
+    refused(["run", write(tmp_path / "s.yaml", text), "--out", tmp_path / "o"], "'seed' given twice",
+            out=tmp_path / "o")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--time-scale", "nan"], "time scale"), (["--time-scale", "inf"], "time scale"),
+    (["--start", "nan"], "window start"), (["--end", "nan"], "window end"), (["--end", "inf"], "window end"),
+])
+def test_trace_import_flags(tmp_path, flags, expected):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,qwen3-8b,10,5\n")
+    refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv", *flags], expected, out=tmp_path / "o.csv")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--mix", "nosuch=1", "--duration", "2", "--rate", "1"], "'nosuch'"),
+    (["--mix", "qwen3-8b=1", "--duration", "inf", "--rate", "1"], "duration_s"),
+    (["--mix", "qwen3-8b=1", "--duration", "2", "--rate", "1e308"], "rate_per_s"),
+    (["--mix", "qwen3-8b=inf", "--duration", "2", "--rate", "1"], "mix"),
+])
+def test_trace_generate_flags(tmp_path, flags, expected):
+    refused(["trace", "generate", "--out", tmp_path / "o.csv", *flags], expected, out=tmp_path / "o.csv")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--policies", "no-such"], "unknown policy 'no-such'"),
+    (["--gpus-for-load", "-1"], "--gpus-for-load"), (["--gpus-for-load", "0"], "--gpus-for-load"),
+    (["--seed-list", ","], "--seed-list"), (["--max-gpus", "0"], "--max-gpus"), (["--workers", "0"], "--workers"),
+    (["--high", "inf"], "--high"), (["--slo-target", "nan"], "--slo-target"),
+])
+def test_capacity_flags(tmp_path, flags, expected):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    code, text = cli("capacity", scenario, *flags, "--out", tmp_path / "o")
+    assert code == 2 and "Traceback" not in text and expected in text and not (tmp_path / "o").exists(), text
+
+
+# --- special files -----------------------------------------------------------------------------------------------
+
+def test_fifo_and_devices_are_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    refused(["run", fifo, "--out", tmp_path / "o"], "not a regular file", timeout_s=10)
+    trace_fifo = tmp_path / "t.csv"
+    os.mkfifo(trace_fifo)
+    refused(["trace", "stats", trace_fifo], "not a regular file", timeout_s=10)
+    refused(["run", "/dev/zero", "--out", tmp_path / "o"], "not a regular file", timeout_s=10)
+    scenario = write_yaml(tmp_path / "ok.yaml", tiny_scenario())
+    refused(["run", scenario, "--profile", "/dev/zero", "--out", tmp_path / "o"], "not a regular file", timeout_s=10)
+    with_trace = write_yaml(tmp_path / "tr.yaml", tiny_scenario(workload={"trace": {"path": str(trace_fifo)}}))
+    refused(["run", with_trace, "--out", tmp_path / "o"], "not a regular file", timeout_s=10)
+
+
+def test_oversized_yaml_is_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as handle:
+        handle.truncate(17 << 20)
+    refused(["run", big, "--out", tmp_path / "o"], "larger than", timeout_s=10)
+
+
+@pytest.mark.parametrize("policy", [
+    {"name": "time-slice", "params": {"quantum_s": 1e-300}},
+    {"name": "time-slice", "params": {"quantum_s": "abc"}},
+    {"name": "swap-aware", "params": {"keep_weights_on_host": "yes"}},
+    {"name": "swap-aware", "params": {"benefit_ratio": float("inf")}},
+])
+def test_policy_parameters_are_checked(tmp_path, policy):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(policy=policy))
+    refused(["run", scenario, "--out", tmp_path / "o"], f"policy.params.{next(iter(policy['params']))}",
+            out=tmp_path / "o")
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--seed", "abc"], "--seed", "--help")
+
+
+def test_stats_of_a_trace_whose_lengths_are_all_huge(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0,qwen2.5-3b,1,{2**40}\n")
+    code, text = cli("trace", "stats", trace, "--json")
+    assert code == 0 and json.loads(text)["output_tokens"]["p50"] == 2**40, text
+
+
+def test_yaml_aliases_that_explode_are_refused(tmp_path):
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join(f'*a{i - 1}' for _ in range(9))}]" for i in range(1, 10)]
+    path = write(tmp_path / "s.yaml", "\n".join(lines) + "\n")
+    refused(["run", path, "--out", tmp_path / "o"], "aliases", timeout_s=20)
+
+
+def test_trace_times_past_the_horizon_after_scaling(tmp_path):
+    write(tmp_path / "t.csv", TRACE_HEADER + "0,qwen2.5-3b,10,5\n5000,qwen2.5-3b,10,5\n")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": {"path": "t.csv"}, "time_scale": 1e6}))
+    refused(["run", scenario, "--out", tmp_path / "o"], "time_scale", "1e+09", out=tmp_path / "o")
+
+
+def test_servegen_window_rates_are_bounded(tmp_path):
+    write(tmp_path / "w.csv", "0,1e300,1,Gamma,0.5,1\n")
+    data = tiny_scenario()
+    data["workload"]["generator"]["arrivals"] = {"process": "servegen", "path": "w.csv"}
+    refused(["run", write_yaml(tmp_path / "s.yaml", data), "--out", tmp_path / "o"], "w.csv", "line 1", "rate_rps",
+            out=tmp_path / "o")

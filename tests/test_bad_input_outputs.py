@@ -1,0 +1,274 @@
+"""Outputs and faults of issue 14: output paths checked before work, full disks, run folders replaced whole,
+names kept inside their folder, policy files from data, Ray addresses, sweep temporaries and orphaned workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_bad_input import ROOT, TRACE_HEADER, cli, refused, tiny_scenario, write, write_yaml
+
+
+# --- output paths ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["file", "under-file", "dev-null"])
+def test_bad_out_folder_is_refused_before_work(tmp_path, where):
+    blocker = write(tmp_path / "a-file", "x")
+    out = {"file": blocker, "under-file": blocker / "run", "dev-null": Path("/dev/null")}[where]
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["run", scenario, "--out", out], str(out))
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_out_folder(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--out", locked / "run"], "cannot write")
+
+
+@pytest.mark.parametrize("target", ["/dev/null", "{f}/x.csv", "{d}"])
+def test_trace_outputs_are_checked(tmp_path, target):
+    blocker = write(tmp_path / "a-file", "x")
+    target = target.format(f=blocker, d=tmp_path)
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,qwen3-8b,10,5\n")
+    refused(["trace", "import", "mmsim", trace, target], target)
+    refused(["trace", "generate", "--out", target, "--duration", "2", "--rate", "1", "--mix", "qwen3-8b=1"], target)
+    refused(["trace", "merge", trace, target], target)
+
+
+def test_stats_plot_and_sweep_and_capacity_outputs(tmp_path):
+    blocker = write(tmp_path / "a-file", "x")
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,qwen3-8b,10,5\n")
+    refused(["trace", "stats", trace, "--plot", "/dev/null"], "/dev/null")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "axes": {"seed": [1, 2]}})
+    refused(["sweep", sweep, "--out", blocker], str(blocker))
+    refused(["capacity", scenario, "--out", blocker / "x"], str(blocker))
+
+
+def test_full_disk_is_one_line_naming_the_folder(tmp_path, monkeypatch):
+    import errno
+
+    import sim.runner
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sim.runner, "write_run", full)
+    out = tmp_path / "o"
+    refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--out", out], str(out), "no space left",
+            out=out)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.")], "temporary folder left behind"
+
+
+def test_full_disk_in_a_sweep_run_is_that_runs_failure(tmp_path, monkeypatch):
+    import errno
+
+    import sim.runner
+    from sim.sweep.execute import simulate_task
+    from sim.sweep.spec import RunTask
+
+    monkeypatch.setattr(sim.runner, "write_run", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    task = RunTask("r1", {"seed": 1}, tiny_scenario(), str(tmp_path))
+    outcome = simulate_task(task, str(tmp_path / "runs" / "r1"))
+    assert outcome["status"] == "failed" and "no space left" in outcome["error"]
+
+
+def test_full_disk_writing_a_trace(tmp_path, monkeypatch):
+    import errno
+
+    import sim.workload.writer
+
+    monkeypatch.setattr(sim.workload.writer, "_write_csv", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "x")))
+    out = tmp_path / "g.csv"
+    refused(["trace", "generate", "--out", out, "--duration", "2", "--rate", "1", "--mix", "qwen3-8b=1"],
+            str(out), "no space left", out=out)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- paths escaping their folder ------------------------------------------------------------------------------------
+
+def test_names_cannot_escape_the_reports_folder(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    write_yaml(work / "s.yaml", tiny_scenario(name="../../x"))
+    code, text = cli("run", "s.yaml", "--json", cwd=work)
+    assert code == 0, text
+    runs = work / "reports" / "runs"
+    assert [p.name for p in runs.iterdir()] == ["x-static-paper-rtx5000-s1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_sweep_name_cannot_escape(tmp_path):
+    from sim.files import safe_name
+
+    assert safe_name("../../../x", "sweep") == "x"
+    assert safe_name("/etc/passwd", "sweep") == "etc_passwd"
+    assert safe_name("..", "sweep") == "sweep"
+
+
+# --- code execution from data -------------------------------------------------------------------------------------
+
+EVIL = """
+from pathlib import Path
+from sim.policies.static import StaticPolicy
+Path(__file__).with_name("ran").write_text("yes")
+class Evil(StaticPolicy):
+    name = "evil"
+"""
+
+
+def test_policy_file_named_in_a_scenario_needs_the_flag(tmp_path):
+    write(tmp_path / "evil.py", EVIL)
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(policy={"name": f"{tmp_path}/evil.py:Evil"}))
+    refused(["run", scenario, "--out", tmp_path / "o"], "--allow-policy-files", "executes", out=tmp_path / "o")
+    assert not (tmp_path / "ran").exists()
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "axes": {"seed": [1]}})
+    refused(["sweep", sweep, "--out", tmp_path / "sw"], "--allow-policy-files", out=tmp_path / "sw")
+    assert not (tmp_path / "ran").exists()
+    code, text = cli("run", scenario, "--out", tmp_path / "o", "--allow-policy-files", "--json")
+    assert code == 0 and (tmp_path / "ran").exists(), text
+
+
+def test_policy_file_on_the_command_line_needs_no_flag(tmp_path):
+    write(tmp_path / "evil.py", EVIL)
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    code, text = cli("run", scenario, "--policy", f"{tmp_path}/evil.py:Evil", "--out", tmp_path / "o", "--json")
+    assert code == 0, text
+
+
+def test_help_says_policy_files_are_executed():
+    code, text = cli("run", "--help")
+    assert code == 0 and "executed" in text
+
+
+# --- Ray -----------------------------------------------------------------------------------------------------------
+
+def test_unreachable_ray_address_fails_fast_naming_it():
+    import time
+
+    from sim.errors import MmsimError
+    from sim.sweep.execute import check_ray_address
+
+    started = time.monotonic()
+    with pytest.raises(MmsimError, match="127.0.0.1:1"):
+        check_ray_address("127.0.0.1:1")
+    assert time.monotonic() - started < 30
+    with pytest.raises(MmsimError, match="not HOST:PORT"):
+        check_ray_address("nonsense")
+
+
+# --- faults --------------------------------------------------------------------------------------------------------
+
+def test_finished_run_is_not_overwritten_without_force(tmp_path):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    out = tmp_path / "o"
+    assert cli("run", scenario, "--out", out, "--json")[0] == 0
+    first = (out / "requests.parquet").read_bytes()
+    refused(["run", scenario, "--out", out, "--seed", "2"], "--force")
+    assert (out / "requests.parquet").read_bytes() == first
+    code, text = cli("run", scenario, "--out", out, "--seed", "2", "--force", "--json")
+    assert code == 0, text
+    assert json.loads((out / "summary.json").read_text())["seed"] == 2
+    assert json.loads((out / "scenario.json").read_text())["seed"] == 2  # the effective scenario
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_folder_of_other_files_is_never_replaced(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    write(out / "notes.txt", "mine")
+    refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--out", out, "--force"], "not a run's")
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_killed_run_leaves_the_old_run_whole(tmp_path, monkeypatch):
+    import sim.runner
+
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    out = tmp_path / "o"
+    assert cli("run", scenario, "--out", out, "--json")[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = sim.runner.write_run
+
+    def killed(result, folder, data):
+        real(result, folder, data)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.runner, "write_run", killed)
+    code, _ = cli("run", scenario, "--out", out, "--seed", "5", "--force")
+    assert code == 130
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_sweep_resume_removes_stale_temporaries(tmp_path):
+    from sim.sweep.execute import remove_temporaries
+
+    (tmp_path / "runs" / ".r1.abc.tmp").mkdir(parents=True)
+    write(tmp_path / ".index.parquet.xyz.tmp", "partial")
+    write(tmp_path / "index.csv", "kept")
+    remove_temporaries(tmp_path)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["index.csv", "runs"]
+
+
+WATCHED = """
+import multiprocessing, os, sys, time
+from sim.sweep.execute import exit_with_parent
+
+def child(parent):
+    exit_with_parent(parent)
+    time.sleep(60)
+
+if __name__ == "__main__":
+    process = multiprocessing.get_context("spawn").Process(target=child, args=(os.getpid(),))
+    process.start()
+    print(process.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_workers_exit_when_the_driver_is_killed(tmp_path):
+    import subprocess
+    import time
+
+    script = write(tmp_path / "driver.py", WATCHED)
+    driver = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    worker = int(driver.stdout.readline())
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.2)
+    assert not _alive(worker), "the worker outlived its killed driver"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_other_outputs_are_checked_before_work(tmp_path):
+    refused(["reproduce", "paper", "--html", "/dev/null"], "/dev/null", timeout_s=10)
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,qwen3-8b,10,5\n")
+    refused(["trace", "stats", trace, "--plot", tmp_path / "p.txt"], ".png or .svg", out=tmp_path / "p.txt")
+
+
+def test_sweep_with_an_unreachable_ray_address(tmp_path):
+    import time
+
+    write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "axes": {"seed": [1]}})
+    started = time.monotonic()
+    refused(["sweep", sweep, "--ray-address", "127.0.0.1:1", "--out", tmp_path / "sw"], "127.0.0.1:1",
+            out=tmp_path / "sw")
+    assert time.monotonic() - started < 30

@@ -1,0 +1,103 @@
+"""The progress guard: a policy that loops without serving anyone is stopped with a diagnosis, never left to hang."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from sim.engine.progress import NoProgress
+from sim.scenario import parse_scenario
+from sim.simulation import simulate
+from sim.workload.chunk import RequestChunk
+
+from conftest import scenario_dict
+
+LOOPING_POLICIES = textwrap.dedent('''
+    from sim.policies.base import Policy
+
+
+    class Thrash(Policy):
+        """Unloads every model the moment it is ready and loads it again: never a token."""
+
+        name = "thrash"
+
+        def setup(self, view):
+            view.load(0, view.gpus[0])
+
+        def route(self, request, view):
+            return None
+
+        def on_instance_ready(self, instance, view):
+            view.unload(instance)
+
+        def on_unloaded(self, instance, view):
+            view.load(instance.model, instance.gpu)
+
+
+    class Dither(Policy):
+        """Never places anything and re-checks every second, for ever."""
+
+        name = "dither"
+
+        def route(self, request, view):
+            return None
+
+        def on_arrival(self, request, view):
+            self.tick(view)
+
+        def tick(self, view):
+            view.call_at(view.now + 1.0, self.tick)
+''')
+
+
+@pytest.fixture
+def policy_file(tmp_path):
+    path = tmp_path / "looping.py"
+    path.write_text(LOOPING_POLICIES)
+    return path
+
+
+def one_request() -> list[RequestChunk]:
+    return [RequestChunk(np.array([1.0]), np.array(["qwen2.5-3b"]), np.array([100]), np.array([10]))]
+
+
+def scenario(**engine):
+    return parse_scenario(scenario_dict(engine={"max_num_seqs": 8, **engine}), "test")
+
+
+def test_models_loaded_over_and_over_stop_the_run_naming_the_policy_and_model(policy_file):
+    with pytest.raises(NoProgress) as stopped:
+        simulate(scenario(progress_max_loads=50), policy=f"{policy_file}:Thrash", chunks=one_request())
+    message = str(stopped.value)
+    assert message.startswith("thrash: no token computed since t=0.0 s")
+    assert "50 model loads in that time: qwen2.5-3b (50 loads, 49 unloads) is loaded and unloaded over and over" in message
+
+
+def test_time_passing_without_a_token_stops_the_run_at_the_horizon(policy_file):
+    with pytest.raises(NoProgress) as stopped:
+        simulate(scenario(progress_horizon_s=120.0), policy=f"{policy_file}:Dither", chunks=one_request())
+    message = str(stopped.value)
+    assert "dither: no token computed since t=0.0 s" in message
+    assert "1 request(s) outstanding" in message and "qwen2.5-3b unplaced: 1" in message
+    now = float(message.split("(now t=")[1].split(" s)")[0].replace(",", ""))
+    assert 120.0 < now <= 120.0 + 10.0  # caught at the first look after the horizon (sampled every 5 s or less)
+
+
+def test_the_cli_exits_2_with_the_diagnosis_and_writes_nothing(policy_file, tmp_path):
+    path = tmp_path / "scenario.yaml"
+    import yaml
+    data = scenario_dict(engine={"max_num_seqs": 8, "progress_max_loads": 20})
+    data["workload"]["generator"]["duration_s"] = 5
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "run", str(path),
+                           "--policy", f"{policy_file}:Thrash", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "thrash: no token computed" in done.stderr + done.stdout
+    assert not out.exists() or not any(out.iterdir())
