@@ -168,9 +168,15 @@ class Scenario(Strict):
         return Slo(**{k: getattr(own, k) if getattr(own, k) is not None else getattr(base, k) for k in Slo.model_fields})
 
 
-def parse_scenario(data: object, source: str) -> Scenario:
-    """Validate parsed scenario data strictly: ``"16"`` is not a number, ``true`` not a time."""
-    return validate_mapping(Scenario, data, source, strict=True)
+def parse_scenario(data: object, source: str, base_dir: Path | None = None) -> Scenario:
+    """Validate parsed scenario data strictly: ``"16"`` is not a number, ``true`` not a time. A model's relative
+    ``config`` path is read from ``base_dir`` (the scenario file's folder), when given."""
+    if base_dir is None:
+        return validate_mapping(Scenario, data, source, strict=True)
+    from sim.catalogue import configs_relative_to
+
+    with configs_relative_to(Path(base_dir)):
+        return validate_mapping(Scenario, data, source, strict=True)
 
 
 def read_yaml(path: Path, what: str = "YAML file") -> object:
@@ -180,6 +186,6 @@ def read_yaml(path: Path, what: str = "YAML file") -> object:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file (its workload may only name models it serves)."""
-    scenario = parse_scenario(read_yaml(Path(path), "scenario file"), str(path))
+    scenario = parse_scenario(read_yaml(Path(path), "scenario file"), str(path), Path(path).parent)
     scenario.check_requested_models(str(path))
     return scenario

@@ -18,7 +18,6 @@ from sim.costs import ModelCosts
 from sim.engine import arrivals
 from sim.engine.engine import Engine, EngineConfig
 from sim.engine.gpu import Gpu
-from sim.engine.request import Request
 from sim.engine.transfers import Node
 from sim.errors import MmsimError
 from sim.profile import Profile, load_profile

@@ -22,6 +22,24 @@ def shared() -> Path:
     return SHARED
 
 
+def simulate_within_memory(scenario, chunks, policy: str, mode: str = "fast"):
+    """Simulate, asserting after every GPU step that no GPU holds more than its memory."""
+    from unittest import mock
+
+    from sim.engine.engine import Engine
+    from sim.simulation import simulate
+
+    original = Engine.after_step
+
+    def checked(engine, instance):
+        for gpu in engine.gpus:
+            assert gpu.used_bytes() <= gpu.capacity_bytes, f"GPU {gpu.index} over capacity"
+        original(engine, instance)
+
+    with mock.patch.object(Engine, "after_step", checked):
+        return simulate(scenario, policy=policy, mode=mode, chunks=chunks)
+
+
 def scenario_dict(**overrides) -> dict:
     """A small valid scenario; keyword arguments replace top-level sections."""
     data = {

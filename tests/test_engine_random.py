@@ -11,16 +11,15 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import contextmanager
-from unittest import mock
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine.engine import Engine
 from sim.scenario import parse_scenario
-from sim.simulation import simulate
 from sim.workload.chunk import RequestChunk
+
+from conftest import simulate_within_memory
 
 POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
 MODELS = ("qwen2.5-3b", "qwen3-8b", "mistral-7b", "llama-2-7b")
@@ -84,15 +83,7 @@ def chunk(rows) -> list[RequestChunk]:
 
 
 def run(scenario, rows, policy: str, mode: str):
-    original = Engine.after_step
-
-    def checked(engine, instance):
-        for gpu in engine.gpus:
-            assert gpu.used_bytes() <= gpu.capacity_bytes, f"GPU {gpu.index} over capacity"
-        original(engine, instance)
-
-    with mock.patch.object(Engine, "after_step", checked):
-        return simulate(scenario, policy=policy, mode=mode, chunks=chunk(rows))
+    return simulate_within_memory(scenario, chunk(rows), policy, mode)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

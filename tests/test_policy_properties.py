@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -10,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine.engine import Engine
 from sim.scenario import parse_scenario
-from sim.simulation import simulate
 from sim.workload.chunk import RequestChunk
+
+from conftest import simulate_within_memory
 
 POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
 MODELS = ("qwen2.5-3b", "qwen3-8b", "mistral-7b")
@@ -44,16 +43,7 @@ def chunks(rows):
 
 
 def run(policy: str, rows, mode: str = "fast"):
-    """Simulate, asserting after every GPU step that no GPU holds more than its memory."""
-    original = Engine.after_step
-
-    def checked(engine, instance):
-        for each in engine.gpus:
-            assert each.used_bytes() <= each.capacity_bytes, f"GPU {each.index} over capacity"
-        original(engine, instance)
-
-    with mock.patch.object(Engine, "after_step", checked):
-        return simulate(SCENARIO, policy=policy, mode=mode, chunks=chunks(rows))
+    return simulate_within_memory(SCENARIO, chunks(rows), policy, mode)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

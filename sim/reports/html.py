@@ -69,7 +69,7 @@ def _plots(groups: dict[str, list[RunData]], models: list[str], colours: dict, m
                 f"Share of completed requests at or below each latency ({pooled}); the legend gives the share "
                 "of requests each policy served (dropped ones have no latency). Further left is better."),
         _figure("SLO attainment per model", _wide(plots.slo_per_model(groups, models, colours)),
-                f"Share of requests (dropped ones count as misses) meeting every SLO of their model; "
+                "Share of requests (dropped ones count as misses) meeting every SLO of their model; "
                 + (f"{seeds}; " if several else "") + f"{_interval_caption(groups)}."),
         _figure("Throughput and queue depth over time", _panels(plots.throughput_panels(groups, colours)),
                 f"One panel per policy, same axes: output tokens completed per second (moving average over "

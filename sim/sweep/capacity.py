@@ -140,7 +140,7 @@ def plan_capacity(scenario_path: Path, query: CapacityQuery, *, workers: int | N
         raise MmsimError(f"--tolerance must be positive, not {query.tolerance}")
     scenario_path = Path(scenario_path)
     data = read_yaml(scenario_path, "scenario file")
-    scenario = parse_scenario(data, str(scenario_path))
+    scenario = parse_scenario(data, str(scenario_path), scenario_path.parent)
     scenario.check_requested_models(str(scenario_path))
     check_run_size(scenario, scenario_path.parent, str(scenario_path))
     per_node = gpus_per_node_of(data, scenario_path.parent)

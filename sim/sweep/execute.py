@@ -44,7 +44,7 @@ def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool
     started = time.perf_counter()
     outcome = {"run_id": task.run_id, "status": "ok", "error": "", "details": "", "summary": None, "result": None}
     try:
-        scenario = parse_scenario(task.scenario_data, f"run {task.run_id}")
+        scenario = parse_scenario(task.scenario_data, f"run {task.run_id}", Path(task.base_dir))
         result = simulate(scenario, base_dir=Path(task.base_dir))
         outcome["summary"] = result.summary
         if out_dir is not None:

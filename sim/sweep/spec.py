@@ -178,7 +178,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
     sweep_path = Path(sweep_path)
     base_path = resolve_base(spec, sweep_path)
     base_data = read_yaml(base_path, "base scenario")
-    parse_scenario(base_data, str(base_path))
+    parse_scenario(base_data, str(base_path), base_path.parent)
     for path in spec.axes:
         if path not in CONVENIENCE_AXES and not known_path(path, base_data):
             raise MmsimError(f"axis {path!r} is not a field of the base scenario {base_path.name} "
@@ -195,7 +195,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
                 apply_axis(data, path, value, base_path.parent)
         except MmsimError as error:
             raise MmsimError(str(error), source=source) from None
-        scenario = parse_scenario(data, source)
+        scenario = parse_scenario(data, source, base_path.parent)
         scenario.check_requested_models(source)
         check_run_size(scenario, base_path.parent, source)
         tasks.append(RunTask(identifier, axes, data, str(base_path.parent)))
