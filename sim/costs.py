@@ -198,6 +198,7 @@ class ModelCosts:
             order = np.argsort(self._curve[0])
             self._curve = (self._curve[0][order], self._curve[1][order])
         self._coefficients: dict[int, StepCoefficients] = {}
+        self._prefill_fixed: dict[int, float] = {}
         # The figures every step reads, copied out of the profile's models once (native fields when compiled).
         self._layers: int = spec.num_layers
         self._kv_bytes_per_token: int = spec.kv_bytes_per_token(default_kv_dtype(dtype))
@@ -269,8 +270,13 @@ class ModelCosts:
         n_gpu = self.gpu_layers(gpu_share)
         n_cpu = self._layers - n_gpu
         boundary = self.boundary_s if 0 < n_gpu < self._layers else 0.0
+        # Head and overhead depend on the chunk count alone: cached, since every prefill step asks.
+        key = 2 * sequences + (n_gpu > 0)
+        fixed = self._prefill_fixed.get(key)
+        if fixed is None:
+            fixed = self._prefill_fixed[key] = self._head_s(n_gpu > 0, sequences) + self._overhead_s(sequences)
         return (n_gpu * self._gpu_prefill.seconds(tokens, quadratic) + n_cpu * self._cpu_prefill.seconds(tokens, quadratic)
-                + boundary + self._head_s(n_gpu > 0, sequences) + self._overhead_s(sequences))
+                + boundary + fixed)
 
     def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,
                      prefills: int, gpu_share: float = 1.0) -> float:

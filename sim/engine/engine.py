@@ -75,6 +75,7 @@ class Engine:
         shares = gpu_shares or [1.0] * len(model_names)
         wanted = max_model_lens or [None] * len(model_names)
         self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
+        self.last_progress_s = 0.0  # when a step last computed tokens
         self.progress = ProgressGuard(self)
         from sim.policies.view import ClusterView  # the view wraps the engine; imported late to avoid a cycle
         self.view = ClusterView(self)

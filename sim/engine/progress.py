@@ -30,24 +30,30 @@ class ProgressGuard:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.last_progress_s = 0.0
+        self.counted_since_s = 0.0  # the engine's last progress time when the counts below started
         self.loads: Counter[str] = Counter()
         self.unloads: Counter[str] = Counter()
 
-    def made(self, now: float) -> None:
-        """A step computed tokens at ``now``."""
-        self.last_progress_s = now
-        if self.loads or self.unloads:
+    @property
+    def last_progress_s(self) -> float:
+        return self.engine.last_progress_s
+
+    def _recount(self) -> None:
+        """Start the counts afresh when a step has computed tokens since they began."""
+        if self.engine.last_progress_s != self.counted_since_s:
+            self.counted_since_s = self.engine.last_progress_s
             self.loads.clear()
             self.unloads.clear()
 
     def loaded(self, model: str, now: float) -> None:
+        self._recount()
         self.loads[model] += 1
         if sum(self.loads.values()) >= self.engine.config.progress_max_loads:
             self.stop(now)
         self.check(now)
 
     def unloaded(self, model: str) -> None:
+        self._recount()
         self.unloads[model] += 1
 
     def check(self, now: float) -> None:
