@@ -12,7 +12,7 @@ from rich.table import Table
 
 DROP_MEANINGS = {
     "model_not_served": "the policy gave the model no GPU",
-    "model_exceeds_gpu": "the model's weights fit on no GPU",
+    "model_exceeds_gpu": "the model's weights and activation reserve leave no KV room on any GPU",
     "exceeds_max_model_len": "prompt + output longer than max_model_len",
     "exceeds_kv_capacity": "needs more KV cache than a GPU holds",
     "not_placed": "the policy never gave the model an instance",
@@ -114,9 +114,10 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
             found.append(f"{model}: {_share(too_long / total)} of requests exceed {limit_text} (prompt + output); "
                          "raise the model's max_model_len in the scenario if its GPU has room, or use GPUs with more memory")
         if reasons.get("model_exceeds_gpu"):
-            found.append(f"{model}: its weights fit on no GPU of profile {summary.get('profile', '?')}; "
-                         f"{reasons['model_exceeds_gpu']:,} requests dropped (use GPUs with more memory or a "
-                         "smaller dtype)")
+            found.append(f"{model}: its weights and activation reserve (which grows with engine.max_num_batched_tokens) "
+                         f"leave no KV room on any GPU of profile {summary.get('profile', '?')}; "
+                         f"{reasons['model_exceeds_gpu']:,} requests dropped (lower max_num_batched_tokens, raise "
+                         "gpu_memory_utilization, or use GPUs with more memory or a smaller dtype)")
         waited = reasons.get("not_scheduled", 0)
         if waited and not (per_model.get(model) or {}).get("completed"):
             found.append(f"{model}: no request ever ran under policy {summary.get('policy')} ({waited:,} waited to "
@@ -133,7 +134,8 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
         found.append(f"{waiting:,} requests ({waiting / total:.0%}) were still waiting when the run ended: the load "
                      "is more than this cluster serves under this policy")
     attainment = summary.get("slo_attainment")
-    if attainment is not None and attainment < LOW_ATTAINMENT:
+    unfit = sum(reasons.get("model_exceeds_gpu", 0) for reasons in by_model.values())
+    if attainment is not None and attainment < LOW_ATTAINMENT and unfit < total:  # else the cause is named above
         found.append(f"SLO attainment is {attainment:.1%}: profile {summary.get('profile', '?')} cannot meet the "
                      "scenario's SLOs at this load (lower the arrival rate, add GPUs or relax the SLOs)")
     return found
