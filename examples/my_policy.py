@@ -4,6 +4,11 @@ Run it with ``mmsim run scenarios/mixed.yaml --policy examples/my_policy.py:MyPo
 It shows the whole policy API in a few lines: a class subclassing
 ``sim.policies.Policy`` that reads the cluster through the view it is handed
 and acts only through the view's actions (load, unload, assign).
+
+Being short, it has gaps a real policy must close: it never evicts a busy
+model, and two models it packs with no KV room between them can each hold
+queued work that neither can start (those requests end ``not_scheduled``;
+the built-in swapping policies break such stalls, see docs/policies.md).
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
 
 
 def _drop_surrogates(records: list[dict], numbers: np.ndarray, report: RowReport) -> tuple[list[dict], np.ndarray]:
-    """Records whose text is valid Unicode; a ``\\udXXX`` escape without its pair makes a text no file can hold."""
+    """Records whose text is valid Unicode; a lone surrogate escape (``\\udc80``) makes a text no file can hold."""
     keep = np.ones(len(records), dtype=bool)
     for index, record in enumerate(records):
         for value in (*record.keys(), *record.values()):
