@@ -48,8 +48,7 @@ class Instance:
         self.config = engine_config
         self.status = "loading"
         self.weight_bytes = costs.gpu_weight_bytes(gpu_share)
-        # Activation peak and non-torch memory (sim.engine.memory): held beside the weights, never KV.
-        self.reserve_bytes = reserve_bytes
+        # Weights plus the activation peak and non-torch memory (sim.engine.memory) held beside them, never KV.
         self.resident_bytes = self.weight_bytes + reserve_bytes
         self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token
         self.waiting: deque[Request] = deque()

@@ -31,11 +31,19 @@ def oldest_pending(view):
     return min(heads, key=lambda r: (r.arrival_s, r.id)) if heads else None
 
 
+def held_requests(instance) -> list:
+    """Every request ``instance`` holds: running, prefilling, waiting and swapped."""
+    return [*instance.running, *instance.prefilling, *instance.waiting, *instance.swapped]
+
+
+def oldest_held(instance) -> tuple[float, int]:
+    """(arrival, id) of the oldest request ``instance`` holds; infinitely late when it holds none."""
+    return min(((r.arrival_s, r.id) for r in held_requests(instance)), default=(float("inf"), 0))
+
+
 def holds_older(instance, request) -> bool:
     """Whether ``instance`` holds a request that arrived before ``request`` (which then may not evict it)."""
-    key = (request.arrival_s, request.id)
-    return any((held.arrival_s, held.id) < key
-               for queue in (instance.running, instance.prefilling, instance.waiting, instance.swapped) for held in queue)
+    return oldest_held(instance) < (request.arrival_s, request.id)
 
 
 def is_moving(gpu) -> bool:
@@ -47,12 +55,17 @@ def live_instances(gpu) -> list:
     return [i for i in gpu.instances if i.status in ("ready", "loading")]
 
 
-def start_bytes(view, request) -> int:
-    """KV bytes ``request`` needs to start: its prompt (or the tokens it recomputes) plus the token it adds,
-    or, swapped out, its cache coming back. A model loaded next to others must leave at least this much."""
-    size = view.config.block_size
+def start_blocks(request, block_size: int) -> int:
+    """KV blocks ``request`` needs to start: its prompt (or the tokens it recomputes) plus the token it adds,
+    or, swapped out, its cache coming back and the token it decodes in the step that brings it back."""
     tokens = request.context_tokens if request.state == "swapped" else request.prefill_target
-    return blocks_for(tokens + 1, size) * size * view.costs(request.model).kv_bytes_per_token
+    return blocks_for(tokens + 1, block_size)
+
+
+def start_bytes(view, request) -> int:
+    """KV bytes ``request`` needs to start (:func:`start_blocks`): a model loaded next to others must leave this much."""
+    size = view.config.block_size
+    return start_blocks(request, size) * size * view.costs(request.model).kv_bytes_per_token
 
 
 def kv_reserve_bytes(gpu, reserve_bytes: float, leaving=None) -> float:
@@ -97,18 +110,8 @@ def eviction_group(view, model: int, candidates: list, reserve_bytes: float = 0.
 
 def head_blocks(instance) -> int:
     """KV blocks the next queued request of ``instance`` needs to start (0 when nothing is queued)."""
-    size = instance.config.block_size
-    if instance.swapped:  # its cache and the token it decodes in the step that brings it back
-        return blocks_for(instance.swapped[0].context_tokens + 1, size)
-    if instance.waiting:
-        return blocks_for(instance.waiting[0].prefill_target + 1, size)
-    return 0
-
-
-def oldest_held(instance) -> tuple[float, int]:
-    """(arrival, id) of the oldest request ``instance`` holds; infinitely late when it holds none."""
-    return min(((r.arrival_s, r.id) for queue in (instance.running, instance.prefilling, instance.waiting, instance.swapped)
-                for r in queue), default=(float("inf"), 0))
+    queue = instance.swapped or instance.waiting  # swapped requests come back before any waiting one starts
+    return start_blocks(queue[0], instance.config.block_size) if queue else 0
 
 
 def stuck(instance) -> bool:

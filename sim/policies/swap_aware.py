@@ -53,12 +53,9 @@ changes only with time, so fast-forward and per-iteration runs agree.
 from __future__ import annotations
 
 from sim.policies.base import Policy
-from sim.policies.fcfs_swap import Rechecks, eviction_group, gpu_with_room, start_bytes, unblock, youngest_victim
+from sim.policies.fcfs_swap import (Rechecks, eviction_group, gpu_with_room, held_requests, start_bytes, unblock,
+                                    youngest_victim)
 from sim.policies.registry import register
-
-
-def held_requests(instance) -> list:
-    return [*instance.running, *instance.prefilling, *instance.waiting, *instance.swapped]
 
 
 def drain_s(view, instance) -> float:
