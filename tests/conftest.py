@@ -22,8 +22,24 @@ def shared() -> Path:
     return SHARED
 
 
+def assert_paged_blocks(instance) -> None:
+    """The instance's KV blocks are exactly what paging its sequences gives: a running sequence of n tokens
+    holds ceil(n / block_size) blocks, and a prefill holds those of the tokens its chunks have filled so far
+    (vLLM allocates a prompt chunk by chunk), plus the first output token's slot once the prompt is in."""
+    block_size = instance.config.block_size
+    held = 0
+    for request in instance.prefilling:
+        expected = -(-request.prefilled // block_size)
+        assert request.blocks == expected, (request.id, request.prefilled, request.blocks, expected)
+        held += request.blocks
+    for request in instance.running:
+        held += -(-(request.prompt_tokens + instance.generated(request)) // block_size)
+    assert instance.blocks == held, (instance.name, instance.blocks, held)
+
+
 def simulate_within_memory(scenario, chunks, policy: str, mode: str = "fast"):
-    """Simulate, asserting after every GPU step that no GPU holds more than its memory."""
+    """Simulate, asserting after every GPU step that no GPU holds more than its memory and that the stepped
+    instance's KV blocks are what paging its sequences gives."""
     from unittest import mock
 
     from sim.engine.engine import Engine
@@ -34,6 +50,8 @@ def simulate_within_memory(scenario, chunks, policy: str, mode: str = "fast"):
     def checked(engine, instance):
         for gpu in engine.gpus:
             assert gpu.used_bytes() <= gpu.capacity_bytes, f"GPU {gpu.index} over capacity"
+        if instance.status == "ready":
+            assert_paged_blocks(instance)
         original(engine, instance)
 
     with mock.patch.object(Engine, "after_step", checked):

@@ -173,22 +173,53 @@ class Engine:
         self.recorder.request(request, reason)
 
     # -- batch formation (called by Instance.plan) ---------------------------------------------------
-    def admit(self, instance: Instance, now: float, admit_new: bool = True) -> list[tuple[Request, int]]:
-        """Prefill work for this iteration: chunks of in-flight prefills, then new requests in policy order."""
-        prefilling, waiting, running = instance.prefilling, instance.waiting, instance.running
-        if not prefilling and not (admit_new and waiting):
-            return []
-        config = self.config
-        budget = config.max_num_batched_tokens - len(running)
+    def continue_prefills(self, instance: Instance, now: float) -> tuple[list[tuple[Request, int]], float, bool]:
+        """This step's chunks of in-flight prefills, in order, each given the KV blocks it fills.
+
+        vLLM allocates a prompt's blocks chunk by chunk; a chunk short of blocks preempts the policy's
+        victim until it fits or is itself the victim, and then no later prefill runs this step. Returns
+        the chunks, the KV swap-out seconds the step waits for, and whether anything was preempted."""
+        prefilling = instance.prefilling
         prefills: list[tuple[Request, int]] = []
-        for request in prefilling:
+        transfer_s, preempted = 0.0, False
+        budget = self.config.max_num_batched_tokens - len(instance.running)
+        index = 0
+        while index < len(prefilling) and budget > 0:
+            request = prefilling[index]
             chunk = min(request.prefill_target - request.prefilled, budget)
-            if chunk <= 0:
+            extra = self._chunk_blocks(request, chunk) - request.blocks
+            while extra > instance.spare_blocks() and request.state == "prefilling":
+                transfer_s = max(transfer_s, self.preempt_for_blocks(instance, now))
+                preempted = True
+            if request.state != "prefilling":
                 break
+            if preempted:  # the victim may have been a running sequence or a prefill already given its chunk
+                prefills = [(held, size) for held, size in prefills if held.state == "prefilling"]
+                budget = self.config.max_num_batched_tokens - len(instance.running) - sum(size for _, size in prefills)
+                index = len(prefills)
+            request.blocks += extra
+            instance.blocks += extra
             prefills.append((request, chunk))
             budget -= chunk
-        if not admit_new:
-            return prefills
+            index += 1
+        return prefills, transfer_s, preempted
+
+    def _chunk_blocks(self, request: Request, chunk: int) -> int:
+        """Blocks ``request`` holds once ``chunk`` more prompt tokens are in; the chunk that completes the
+        prompt also takes the slot of the first output token (reserved at admission)."""
+        tokens = request.prefilled + chunk
+        if tokens >= request.prefill_target:
+            tokens = request.prefill_target + 1
+        return blocks_for(tokens, self.config.block_size)
+
+    def admit(self, instance: Instance, now: float, prefills: list[tuple[Request, int]]) -> None:
+        """Start waiting requests, in policy order, after this step's in-flight ``prefills``.
+
+        As vLLM's ``scheduler_reserve_full_isl``: a request starts only if blocks for its whole prompt are
+        free now, but takes only those of its first chunk."""
+        waiting, running, prefilling = instance.waiting, instance.running, instance.prefilling
+        config = self.config
+        budget = config.max_num_batched_tokens - len(running) - sum(chunk for _, chunk in prefills)
         if waiting and self.policy.reorders_waiting:  # the default order is FCFS: nothing to do
             self.policy.order_waiting(instance, self.view)
         max_num_seqs, chunked, block_size = config.max_num_seqs, config.chunked_prefill, config.block_size
@@ -199,21 +230,20 @@ class Engine:
             need = request.prefill_target - request.prefilled
             if not chunked and need > budget and (prefills or running):
                 break
-            blocks = blocks_for(request.prefill_target + 1, block_size)
-            if blocks > instance.spare_blocks():
+            if blocks_for(request.prefill_target + 1, block_size) > instance.spare_blocks():
                 break
             waiting.popleft()
             request.admitted_seq = self.next_admission()
+            chunk = min(need, budget) if chunked else need
+            blocks = self._chunk_blocks(request, chunk)
             request.blocks = blocks
             instance.blocks += blocks
             request.state = "prefilling"
             prefilling.append(request)
             if math.isnan(request.first_scheduled_s):
                 request.first_scheduled_s = now
-            chunk = min(need, budget) if chunked else need
             prefills.append((request, chunk))
             budget -= chunk
-        return prefills
 
     def may_fast_forward(self, instance: Instance) -> bool:
         gpu = instance.gpu

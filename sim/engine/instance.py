@@ -157,8 +157,12 @@ class Instance:
             preempted = True
         if not preempted and self.swapped:
             transfer_s += engine.resume_swapped(self, now + transfer_s)
-        admit_new = not preempted and not self.swapped
-        prefills = engine.admit(self, now, admit_new=admit_new) if self.prefilling or self.waiting else []
+        prefills: list[tuple[Request, int]] = []
+        if self.prefilling:
+            prefills, chunk_transfer_s, chunk_preempted = engine.continue_prefills(self, now)
+            transfer_s, preempted = max(transfer_s, chunk_transfer_s), preempted or chunk_preempted
+        if self.waiting and not preempted and not self.swapped:
+            engine.admit(self, now, prefills)
         batch = len(self.running)
         forward = fast and not preempted and engine.may_fast_forward(self)
         if prefills:
