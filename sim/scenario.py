@@ -116,6 +116,23 @@ class EngineSection(Strict):
                                       "token while work is outstanding before the run stops with a diagnosis")
     progress_max_loads: int = Field(default=1000, ge=1, description="model loads without a token before the "
                                     "run stops with a diagnosis")
+    prefix_caching: bool = Field(default=True, description="vLLM's automatic prefix caching, for requests whose "
+                                 "trace rows carry prefix_ids")
+
+
+class RoutingWeights(Strict):
+    """Weights of the ``prefix-aware`` rule's scorers (see :mod:`sim.engine.routing`)."""
+
+    prefix: float = Field(default=3.0, ge=0, le=1e6)
+    queue: float = Field(default=2.0, ge=0, le=1e6)
+    kv: float = Field(default=2.0, ge=0, le=1e6)
+
+
+class RoutingSection(Strict):
+    """Which of a model's instances queues a new request, for every policy that does not route itself."""
+
+    rule: Literal["least-loaded", "round-robin", "prefix-aware"] = "least-loaded"
+    weights: RoutingWeights = Field(default_factory=RoutingWeights)
 
 
 class PolicySection(Strict):
@@ -136,6 +153,7 @@ class Scenario(Strict):
     slo: dict[str, Slo] = Field(default_factory=dict)
     engine: EngineSection = Field(default_factory=EngineSection)
     policy: PolicySection = Field(default_factory=PolicySection)
+    routing: RoutingSection = Field(default_factory=RoutingSection)
     sample_interval_s: float | None = Field(default=None, ge=1e-3, le=MAX_TIME_S, description="time-series sampling period")
 
     @model_validator(mode="after")

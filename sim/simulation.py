@@ -18,6 +18,7 @@ from sim.costs import ModelCosts
 from sim.engine import arrivals
 from sim.engine.engine import Engine, EngineConfig
 from sim.engine.gpu import Gpu
+from sim.engine.routing import Router
 from sim.engine.transfers import Node
 from sim.errors import MmsimError
 from sim.profile import Profile, load_profile
@@ -118,9 +119,10 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     gpus, nodes = build_hardware(env, scenario, profile)
     names = [m.deployment for m in scenario.models]
     costs = [ModelCosts(profile, get_model(m.name), m.dtype) for m in scenario.models]
-    config = EngineConfig(**scenario.engine.model_dump())
+    config = EngineConfig(**scenario.engine.model_dump(), prefix_block_tokens=scenario.workload.prefix_block_tokens)
     engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"),
-                    max_model_lens=[m.max_model_len for m in scenario.models], gpu_shares=[m.gpu_share for m in scenario.models])
+                    max_model_lens=[m.max_model_len for m in scenario.models], gpu_shares=[m.gpu_share for m in scenario.models],
+                    router=Router(scenario.routing.rule, scenario.routing.weights.model_dump()))
     mix = _mix_shares(scenario)
     engine.slos = [scenario.slo_for(m.deployment) for m in scenario.models]
     engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0)}

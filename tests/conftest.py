@@ -25,16 +25,26 @@ def shared() -> Path:
 def assert_paged_blocks(instance) -> None:
     """The instance's KV blocks are exactly what paging its sequences gives: a running sequence of n tokens
     holds ceil(n / block_size) blocks, and a prefill holds those of the tokens its chunks have filled so far
-    (vLLM allocates a prompt chunk by chunk), plus the first output token's slot once the prompt is in."""
+    (vLLM allocates a prompt chunk by chunk), plus the first output token's slot once the prompt is in.
+    Blocks shared through the prefix cache count once, and each cached block has as many holders as
+    requests hold it."""
+    from collections import Counter
+
     block_size = instance.config.block_size
-    held = 0
+    private, holders = 0, Counter()
     for request in instance.prefilling:
         expected = -(-request.prefilled // block_size)
         assert request.blocks == expected, (request.id, request.prefilled, request.blocks, expected)
-        held += request.blocks
+        private += request.blocks - request.cache_blocks
+        holders.update(request.prefix_keys[:request.cache_blocks] if request.cache_blocks else ())
     for request in instance.running:
-        held += -(-(request.prompt_tokens + instance.generated(request)) // block_size)
-    assert instance.blocks == held, (instance.name, instance.blocks, held)
+        private += -(-(request.prompt_tokens + instance.generated(request)) // block_size) - request.cache_blocks
+        holders.update(request.prefix_keys[:request.cache_blocks] if request.cache_blocks else ())
+    cache = instance.prefix_cache
+    if cache is not None:
+        assert {k: n for k, n in cache.holders.items() if n} == dict(holders), "prefix-cache holder counts"
+        assert all(n >= 0 for n in cache.holders.values()) and all(cache.holders[k] == 0 for k in cache.idle)
+    assert instance.blocks == private + len(holders), (instance.name, instance.blocks, private, len(holders))
 
 
 def simulate_within_memory(scenario, chunks, policy: str, mode: str = "fast"):
@@ -49,7 +59,7 @@ def simulate_within_memory(scenario, chunks, policy: str, mode: str = "fast"):
 
     def checked(engine, instance):
         for gpu in engine.gpus:
-            assert gpu.used_bytes() <= gpu.capacity_bytes, f"GPU {gpu.index} over capacity"
+            assert gpu.used_bytes() + gpu.idle_cache_bytes() <= gpu.capacity_bytes, f"GPU {gpu.index} over capacity"
         if instance.status == "ready":
             assert_paged_blocks(instance)
         original(engine, instance)

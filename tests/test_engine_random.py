@@ -2,8 +2,9 @@
 reason, never overfills a GPU, and fast-forward gives the per-iteration reference's times (Hypothesis).
 
 The scenarios cover what the older property test never generated: KV swap preemption under KV pressure,
-unchunked prefill, one-sequence batches, tight host RAM, outputs of one or two tokens and requests longer
-than a deployment's ``max_model_len``. Set ``MMSIM_RANDOM_EXAMPLES`` for a longer hunt.
+unchunked prefill, one-sequence batches, tight host RAM, outputs of one or two tokens, requests longer
+than a deployment's ``max_model_len`` and shared prompt prefixes with and without prefix caching (whose
+blocks and holder counts are checked after every step). Set ``MMSIM_RANDOM_EXAMPLES`` for a longer hunt.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def cases(draw):
         "block_size": draw(st.sampled_from([8, 16, 32])),
         "chunked_prefill": draw(st.booleans()),
         "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
+        "prefix_caching": draw(st.booleans()),
     }
     scenario = parse_scenario({
         "name": "random", "seed": 1, "profile": "paper-rtx5000",
@@ -65,21 +67,27 @@ def cases(draw):
         "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
                                    "mix": {m: 1.0 for m in models}, "prompt_tokens": {"dist": "constant", "value": 10},
                                    "output_tokens": {"dist": "constant", "value": 10}},
-                     "output_length_error": draw(st.sampled_from([0.0, 0.5]))},
+                     "output_length_error": draw(st.sampled_from([0.0, 0.5])),
+                     "prefix_block_tokens": draw(st.sampled_from([8, 64, 512]))},
         "slo": {"default": {"ttft_s": 2.0}},
         "engine": engine,
     }, "random")
     rows = draw(st.lists(st.tuples(st.integers(0, 500).map(lambda centis: centis / 100),
                                    st.sampled_from(models),
                                    st.one_of(st.integers(1, 600), st.integers(600, 30_000)),
-                                   st.one_of(st.integers(1, 3), st.integers(1, 600))),
+                                   st.one_of(st.integers(1, 3), st.integers(1, 600)),
+                                   # shared prompt prefixes: a tenant's id, then a few ids from a small set
+                                   st.one_of(st.just(()), st.tuples(st.integers(0, 1), st.lists(st.integers(0, 1), max_size=6))
+                                             .map(lambda ids: (ids[0], *ids[1])))),
                          min_size=1, max_size=14))
     return scenario, rows, draw(st.sampled_from(POLICIES))
 
 
 def chunk(rows) -> list[RequestChunk]:
-    gaps, models, prompts, outputs = zip(*rows)
-    return [RequestChunk(np.cumsum(gaps), np.array(models), np.array(prompts), np.array(outputs))]
+    gaps, models, prompts, outputs, prefix_ids = zip(*rows)
+    ids = np.empty(len(rows), object)
+    ids[:] = prefix_ids
+    return [RequestChunk(np.cumsum(gaps), np.array(models), np.array(prompts), np.array(outputs), prefix_ids=ids)]
 
 
 def run(scenario, rows, policy: str, mode: str):
@@ -103,6 +111,7 @@ def test_random_runs_end_account_for_every_request_and_agree_across_modes(case):
     assert reasons <= unavoidable, (policy, reasons)
     reference = exact.requests.set_index("id").sort_index()
     assert (frame["status"] == reference["status"]).all()
+    assert (frame["cached_prompt_tokens"] == reference["cached_prompt_tokens"]).all()
     for column in ("first_token_s", "finish_s"):
         a, b = frame[column].to_numpy(), reference[column].to_numpy()
         assert (np.isnan(a) == np.isnan(b)).all(), column

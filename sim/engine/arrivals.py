@@ -45,6 +45,7 @@ class ArrivalStream:
         self._output: list[int] = []
         self._predicted: list[int] = []
         self._priority: list[int] = []
+        self._prefix_ids: list | None = None
         self._first_id = 0
         self._next = 0
         self._load_chunk()
@@ -63,6 +64,7 @@ class ArrivalStream:
             self._predicted = self._predict(chunk.output_tokens, n).tolist()
             priority = chunk.priority if chunk.priority is not None else np.zeros(n, np.int64)
             self._priority = np.asarray(priority, np.int64).tolist()
+            self._prefix_ids = _prefix_column(chunk.prefix_ids) if self.engine.config.prefix_caching else None
             self._first_id = int(chunk.first_id)
             self._next = 0
             self.next_time = self._arrival[0]
@@ -85,7 +87,8 @@ class ArrivalStream:
             i = self._next
             model = self._model[i]
             request = Request(self._first_id + i, max(model, 0), self._arrival[i], self._prompt[i], self._output[i],
-                              self._predicted[i], self._priority[i])
+                              self._predicted[i], self._priority[i],
+                              None if self._prefix_ids is None else self._prefix_ids[i])
             if model < 0:
                 engine.drop(request, "model_not_served")
             else:
@@ -98,6 +101,14 @@ class ArrivalStream:
                 if self.on_progress is not None:
                     self.on_progress(self.seen)
                 self._load_chunk()
+
+
+def _prefix_column(prefix_ids: np.ndarray | None) -> list | None:
+    """A chunk's prefix ids as one tuple (or None) per request; None when no request has any."""
+    if prefix_ids is None:
+        return None
+    column = [tuple(ids) if ids is not None and len(ids) else None for ids in prefix_ids.tolist()]
+    return column if any(ids is not None for ids in column) else None
 
 
 def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None:

@@ -20,9 +20,11 @@ from sim.engine import residency
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
+from sim.engine.prefix import block_keys
 from sim.engine.memory import fitting_tokens, reserve_bytes
 from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
+from sim.engine.routing import Router
 from sim.engine.request import Request
 from sim.engine.transfers import Node
 from sim.policies.base import HOT_HOOKS
@@ -40,6 +42,8 @@ class EngineConfig:
     preemption_mode: str = "recompute"
     progress_horizon_s: float = 3600.0
     progress_max_loads: int = 1000
+    prefix_caching: bool = True
+    prefix_block_tokens: int = 512  # prompt tokens per trace prefix id (Mooncake's hash_ids: 512)
 
 
 class Engine:
@@ -47,7 +51,8 @@ class Engine:
 
     def __init__(self, env: simpy.Environment, gpus: list[Gpu], nodes: list[Node], model_names: list[str],
                  costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True,
-                 max_model_lens: list[int | None] | None = None, gpu_shares: list[float] | None = None):
+                 max_model_lens: list[int | None] | None = None, gpu_shares: list[float] | None = None,
+                 router: Router | None = None):
         self.env = env
         self.gpus = gpus
         self.nodes = nodes
@@ -76,9 +81,12 @@ class Engine:
         wanted = max_model_lens or [None] * len(model_names)
         self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
         self.last_progress_s = 0.0  # when a step last computed tokens
+        self.prefix_query_tokens = [0] * len(model_names)  # prompt tokens looked up in prefix caches, per model
+        self.prefix_hit_tokens = [0] * len(model_names)  # of those, found cached
         self.progress = ProgressGuard(self)
         from sim.policies.view import ClusterView  # the view wraps the engine; imported late to avoid a cycle
         self.view = ClusterView(self)
+        self.router = router or Router()
         for gpu in gpus:
             gpu.start(self)
 
@@ -107,7 +115,7 @@ class Engine:
             self.drop(request, "exceeds_max_model_len" if limit else "model_exceeds_gpu")
             return
         self.outstanding += 1
-        instance = self.policy.route(request, self.view) if self.hooks["route"] else self.least_loaded(request.model)
+        instance = self.policy.route(request, self.view) if self.hooks["route"] else self.router.pick(self, request)
         if instance is not None:
             self.assign(request, instance)
         else:
@@ -163,9 +171,30 @@ class Engine:
             return False  # FCFS: older requests are already blocked ahead of it, or swapped ones hold it back
         if len(instance.running) + len(instance.prefilling) >= self.config.max_num_seqs:
             return False
-        need = blocks_for((request.prefill_target if request.state == "waiting" else request.context_tokens) + 1,
-                          self.config.block_size)
+        if step.prefills and request.prefix_ids is not None and instance.prefix_cache is not None:
+            return True  # the chunks now running may fill blocks of its prefix: its need is not known yet
+        if request.state == "waiting":
+            need = self.start_need(instance, request)[0]
+        else:
+            need = blocks_for(request.context_tokens + 1, self.config.block_size)
         return need <= instance.free_blocks()
+
+    def start_need(self, instance: Instance, request: Request) -> tuple[int, int, int]:
+        """What a waiting ``request`` needs to start on ``instance``: the free blocks it must find (all of its
+        prompt's, less those the prefix cache holds, plus the idle cached ones it would take from the free
+        pool, as vLLM counts them), the blocks the cache holds, and how many of those are idle."""
+        block_size = self.config.block_size
+        total = blocks_for(request.prefill_target + 1, block_size)
+        cache = instance.prefix_cache
+        if cache is None or request.prefix_ids is None:
+            return total, 0, 0
+        keys = self.prefix_keys(request)
+        # At least one prompt token is computed, as in vLLM, to produce the first output token's logits.
+        hits = cache.match(keys, (request.prefill_target - 1) // block_size)
+        if hits == 0:
+            return total, 0, 0
+        idle = cache.idle_among(keys[:hits])
+        return total - hits + idle, hits, idle
 
     def drop(self, request: Request, reason: str) -> None:
         request.state = "dropped"
@@ -227,16 +256,18 @@ class Engine:
             if len(running) + len(prefilling) >= max_num_seqs:
                 break
             request = waiting[0]
-            need = request.prefill_target - request.prefilled
+            need_blocks, hits, idle_hits = self.start_need(instance, request)
+            need = request.prefill_target - hits * block_size
             if not chunked and need > budget and (prefills or running):
                 break
-            if blocks_for(request.prefill_target + 1, block_size) > instance.spare_blocks():
+            if need_blocks > instance.spare_blocks():
                 break
             waiting.popleft()
             request.admitted_seq = self.next_admission()
+            self._take_cached_prefix(instance, request, hits, idle_hits)
             chunk = min(need, budget) if chunked else need
-            blocks = self._chunk_blocks(request, chunk)
-            request.blocks = blocks
+            blocks = self._chunk_blocks(request, chunk) - request.blocks
+            request.blocks += blocks
             instance.blocks += blocks
             request.state = "prefilling"
             prefilling.append(request)
@@ -244,6 +275,39 @@ class Engine:
                 request.first_scheduled_s = now
             prefills.append((request, chunk))
             budget -= chunk
+
+    def prefix_keys(self, request: Request) -> list[int]:
+        """The prefix-cache keys of ``request``'s prompt blocks (none without prefix ids); made once."""
+        keys = request.prefix_keys
+        if keys is None:
+            if request.prefix_ids is None:
+                return []
+            keys = request.prefix_keys = block_keys(request.prefix_ids, request.prompt_tokens,
+                                                    self.config.prefix_block_tokens, self.config.block_size)
+        return keys
+
+    def route(self, request: Request, candidates: list[Instance] | None = None) -> Instance | None:
+        """The instance the scenario's routing rule picks for ``request`` (among ``candidates``, if given)."""
+        return self.router.pick(self, request, candidates)
+
+    def _take_cached_prefix(self, instance: Instance, request: Request, hits: int, idle_hits: int) -> None:
+        """A request starting on ``instance`` holds the ``hits`` cached blocks its prompt begins with and
+        prefills from there; counted for the model's prefix-cache hit rate."""
+        if instance.prefix_cache is None:
+            return
+        model = request.model
+        self.prefix_query_tokens[model] += request.prefill_target
+        if hits == 0:
+            return
+        keys = request.prefix_keys
+        assert keys is not None
+        instance.prefix_cache.acquire(keys[:hits])
+        instance.blocks += idle_hits
+        request.blocks = request.cache_blocks = hits
+        request.prefilled = hits * self.config.block_size
+        self.prefix_hit_tokens[model] += request.prefilled
+        if math.isnan(request.first_scheduled_s):
+            request.cached_tokens = request.prefilled
 
     def may_fast_forward(self, instance: Instance) -> bool:
         gpu = instance.gpu
@@ -333,6 +397,7 @@ class Engine:
     # -- completion ----------------------------------------------------------------------------------
     def finish(self, instance: Instance, request: Request, now: float) -> None:
         instance.release(request)
+        request.prefix_keys = None  # O(prompt blocks) per request: kept only while it runs
         request.finish_s = now
         request.state = "finished"
         self.recorder.request(request)

@@ -38,6 +38,7 @@ class Gpu:
         self._turn = 0
         self.blocked: set[Instance] = set()
         self._engine: Engine | None = None
+        self.releases = 0  # orders the releases of cached prefix blocks on this GPU, for eviction
 
     # -- memory ------------------------------------------------------------------------------------
     def used_bytes(self) -> int:
@@ -48,6 +49,26 @@ class Gpu:
 
     def free_bytes(self) -> int:
         return self.capacity_bytes - self.used_bytes()
+
+    def idle_cache_bytes(self) -> int:
+        """Memory held by cached prefix blocks no request holds: free to allocate, evicted when needed."""
+        return sum(len(i.prefix_cache.idle) * i.block_bytes for i in self.instances if i.prefix_cache is not None)
+
+    def evict_idle_cache(self) -> None:
+        """Evict idle cached blocks, released longest ago first across this GPU's instances, until the rest
+        fit in the free memory (allocations take free blocks, and an idle cached block is a free one)."""
+        over = self.idle_cache_bytes() - self.free_bytes()
+        while over > 0:
+            holding = [(i.prefix_cache, i.block_bytes) for i in self.instances
+                       if i.prefix_cache is not None and i.prefix_cache.idle]
+            if len(holding) == 1:
+                cache, block_bytes = holding[0]
+                blocks = -(-over // block_bytes)  # one cache: its oldest blocks, all at once
+            else:
+                cache, block_bytes = min(holding, key=lambda held: held[0].oldest_idle_seq())
+                blocks = 1
+            cache.evict(blocks)
+            over -= blocks * block_bytes
 
     def in_flight_bytes(self) -> int:
         """KV the iteration now running will allocate when it ends (its decodes' new blocks).
@@ -151,6 +172,8 @@ class Gpu:
                 break
             # Blocked (e.g. no KV room while a co-resident instance holds it) until something changes.
             self.blocked.add(instance)
+        if instance.prefix_cache is not None and instance.prefix_cache.idle:
+            self.evict_idle_cache()  # the step's allocations took free blocks, some of them idle cached ones
         step.start_s = now
         self.current = step
         self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sim.costs import ModelCosts, StepCoefficients
 from sim.engine.kv import PhaseHistogram, blocks_for
+from sim.engine.prefix import PrefixCache
 from sim.engine.request import Request
 from sim.engine.step import Step
 
@@ -66,6 +67,7 @@ class Instance:
         # A MIG slice has a share of the GPU's SMs and memory bandwidth: every step is slower by its inverse.
         self.slowdown = 1.0 / gpu.compute_share
         self._coefficients: dict[int, tuple[StepCoefficients, StepCoefficients]] = {}
+        self.prefix_cache: PrefixCache | None = PrefixCache() if engine_config.prefix_caching else None
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -129,8 +131,21 @@ class Instance:
         elif state == "swapped":
             self.swapped.remove(request)
         freed, request.blocks = request.blocks, 0
-        self.blocks -= freed
+        if request.cache_blocks:
+            self.blocks -= self._release_cached(request, freed)
+        else:
+            self.blocks -= freed
         return freed
+
+    def _release_cached(self, request: Request, held: int) -> int:
+        """Let go of a request's ``held`` blocks, the first of which are the prefix cache's: returns how
+        many this instance no longer counts (its own, and cached ones nobody else holds, which turn idle)."""
+        cache, keys = self.prefix_cache, request.prefix_keys
+        assert cache is not None and keys is not None
+        shared = request.cache_blocks
+        request.cache_blocks = 0
+        self.gpu.releases += 1
+        return held - shared + cache.release(keys[:shared], self.gpu.releases)
 
     # -- planning --------------------------------------------------------------------------------
     def advance(self, iterations: int) -> None:
@@ -141,6 +156,8 @@ class Instance:
         self.blocks += new_blocks
         self.context_tokens += len(self.running) * iterations
         self.iteration += iterations
+        if new_blocks and self.prefix_cache is not None and self.prefix_cache.idle:
+            self.gpu.evict_idle_cache()
 
     def decode_blocks_needed(self) -> int:
         return self.phases.next_blocks(self.iteration)
@@ -218,6 +235,8 @@ class Instance:
         window like any other (an arrival or a load still cuts the window there)."""
         if engine.hooks["on_step"] or not self._nothing_can_start(engine, after_prefill=True):
             return 0, 0, 0
+        if self._may_fill_head_prefix(prefills):
+            return 0, 0, 0
         following = self.iteration + 1
         if self.finish_heap and self.finish_heap[0][0] <= following:
             return 0, 0, 0
@@ -240,6 +259,13 @@ class Instance:
             return 0, 0, 0
         return steps, batch + len(joining), context + sum(joining)
 
+    def _may_fill_head_prefix(self, prefills: list[tuple[Request, int]]) -> bool:
+        """Whether this step's chunks may put blocks in the prefix cache that the waiting head would find,
+        so that it needs fewer free blocks at the boundary after them than it does now."""
+        if self.prefix_cache is None or not self.waiting or self.waiting[0].prefix_ids is None:
+            return False
+        return any(request.prefix_keys is not None for request, _ in prefills)
+
     def _nothing_can_start(self, engine: Engine, after_prefill: bool) -> bool:
         """Whether no waiting or swapped request can start at a boundary before the next completion, so that
         fast-forward may run to it (``after_prefill``: from the end of this step's prefill iteration).
@@ -256,7 +282,7 @@ class Instance:
             return False
         if not after_prefill:
             return True
-        return blocks_for(self.waiting[0].prefill_target + 1, self.config.block_size) > self.spare_blocks()
+        return engine.start_need(self, self.waiting[0])[0] > self.spare_blocks()
 
     # -- completion ------------------------------------------------------------------------------
     def complete(self, engine: Engine, step: Step, iterations: int, now: float) -> None:
@@ -278,6 +304,17 @@ class Instance:
         step.prefills = []
         self._finish_due(engine, now)
 
+    def _cache_filled_blocks(self, request: Request) -> None:
+        """Hand the prompt blocks a chunk filled to the prefix cache, up to the first one cached already
+        (another request filled it meanwhile: this copy stays the request's own until that one is evicted)."""
+        cache, keys = self.prefix_cache, request.prefix_keys
+        assert cache is not None and keys is not None
+        filled = min(request.prefilled // self.config.block_size, len(keys))
+        while request.cache_blocks < filled:
+            if not cache.insert(keys[request.cache_blocks]):
+                break
+            request.cache_blocks += 1
+
     def _finish_due(self, engine: Engine, now: float) -> None:
         while self.finish_heap and self.finish_heap[0][0] <= self.iteration:
             _, _, request = heapq.heappop(self.finish_heap)
@@ -286,6 +323,8 @@ class Instance:
 
     def _finish_prefill_chunk(self, engine: Engine, request: Request, chunk: int, now: float) -> None:
         request.prefilled += chunk
+        if request.prefix_keys is not None:
+            self._cache_filled_blocks(request)
         if request.prefilled < request.prefill_target:
             return
         remove_request(self.prefilling, request)

@@ -23,7 +23,8 @@ class Recorder:
     """Collects per-request rows, the event log and time series of one run."""
 
     FLOAT_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s") + tuple(f"lost_{c}_s" for c in LOSS_CAUSES)
-    INT_COLUMNS = ("id", "model", "prompt_tokens", "output_tokens", "generated_tokens", "preemptions", "gpu", "drop_reason")
+    INT_COLUMNS = ("id", "model", "prompt_tokens", "output_tokens", "generated_tokens", "preemptions", "gpu", "drop_reason",
+                   "cached_prompt_tokens")
 
     def __init__(self, model_names: list[str]):
         self.model_names = model_names
@@ -39,7 +40,7 @@ class Recorder:
         self.float_rows.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s,
                                 lost[0], lost[1], lost[2], lost[3], lost[4], lost[5]))
         self.int_rows.extend((request.id, request.model, request.prompt_tokens, request.output_tokens, request.generated,
-                              request.preemptions, request.gpu, DROP_CODES[drop_reason]))
+                              request.preemptions, request.gpu, DROP_CODES[drop_reason], request.cached_tokens))
 
     def _columns(self, rows: array, names: tuple[str, ...], dtype) -> dict[str, np.ndarray]:
         table = np.frombuffer(rows, dtype=dtype) if len(rows) else np.zeros(0, dtype)
@@ -68,8 +69,8 @@ class Recorder:
         decode_tokens = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
         frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_tokens
         ordered = ["id", "model", "status", "drop_reason", "arrival_s", "queue_s", "first_scheduled_s", "first_token_s",
-                   "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "generated_tokens",
-                   "preemptions"] + [f"lost_{c}_s" for c in LOSS_CAUSES] + ["gpu"]
+                   "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "cached_prompt_tokens", "output_tokens",
+                   "generated_tokens", "preemptions"] + [f"lost_{c}_s" for c in LOSS_CAUSES] + ["gpu"]
         return frame[ordered]
 
     def events_frame(self) -> pd.DataFrame:

@@ -24,11 +24,12 @@ class Request:
         "id", "model", "arrival_s", "prompt_tokens", "output_tokens", "predicted_output_tokens", "priority",
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "preempted_at_s",
-        "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq",
+        "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids", "prefix_keys",
+        "cache_blocks", "cached_tokens",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
-                 predicted_output_tokens: int, priority: int = 0):
+                 predicted_output_tokens: int, priority: int = 0, prefix_ids: tuple[int, ...] | None = None):
         self.id = rid
         self.model = model
         self.arrival_s = arrival_s
@@ -56,6 +57,10 @@ class Request:
         self.pause_charged = 0.0
         self.unplaced = False  # in its model's pending queue (no instance holds it)
         self.admitted_seq = 0  # when it last joined a batch (prefill admission or swap-in), in the engine's order
+        self.prefix_ids = prefix_ids  # the trace's ids of its prompt's prefix blocks, if any
+        self.prefix_keys: list[int] | None = None  # its KV blocks' prefix-cache keys, made when first looked up
+        self.cache_blocks = 0  # of its blocks, how many (from the first) are the prefix cache's, perhaps shared
+        self.cached_tokens = 0  # prompt tokens its first prefill found in the prefix cache
 
     def add_loss(self, cause: str, seconds: float) -> None:
         self.lost[LOSS_CAUSES.index(cause)] += seconds

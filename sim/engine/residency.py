@@ -39,6 +39,7 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
     instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config,
                         engine.reserve_bytes[model])
     gpu.instances.append(instance)
+    gpu.evict_idle_cache()  # other instances' idle cached prefixes counted as free memory: the weights take it
     engine.instances.append(instance)
     engine.instances_by_model[model].append(instance)
     node = engine.nodes[gpu.node]

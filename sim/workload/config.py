@@ -233,7 +233,8 @@ class WorkloadConfig(Strict):
 
     ``time_scale`` multiplies all arrival times (0.5 = twice the rate).
     ``output_length_error`` is the CV of the lognormal noise on predicted output
-    lengths (0 = oracle); the engine applies it. A scenario records the names it
+    lengths (0 = oracle); the engine applies it. ``prefix_block_tokens`` is the
+    granularity of the trace's ``prefix_ids``. A scenario records the names it
     serves in ``served_models``, so that a trace row naming another model is an
     error rather than a silent drop.
     """
@@ -242,6 +243,8 @@ class WorkloadConfig(Strict):
     trace: TraceConfig | None = None
     time_scale: Scale = 1.0
     output_length_error: float = Field(default=0.0, ge=0, le=10)
+    prefix_block_tokens: int = Field(default=512, ge=1, le=1 << 20, description="prompt tokens each of a "
+                                     "trace's prefix_ids stands for (Mooncake's hash_ids: 512)")
     _served_models: frozenset[str] | None = PrivateAttr(default=None)
 
     @property

@@ -1,0 +1,139 @@
+"""Prefix caching: hits, sharing, reference counts and eviction order, worked out by hand.
+
+As vLLM v1's automatic prefix caching: a full KV block is found again by the prompt up to its end; a request
+reuses the longest cached run at the start of its prompt (never its last token) and prefills the rest; a
+block nobody holds stays cached until its memory is needed, the one released longest ago going first.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from sim import simulation
+from sim.catalogue import get_model
+from sim.costs import ModelCosts
+from sim.engine.engine import Engine
+from sim.engine.memory import reserve_bytes
+from sim.engine.prefix import PrefixCache, block_keys
+from sim.scenario import parse_scenario
+from sim.workload.chunk import RequestChunk
+from tests.conftest import assert_paged_blocks, scenario_dict
+
+MODEL, BLOCK, ID_TOKENS, BUDGET, SEQS = "qwen2.5-3b", 16, 64, 512, 8
+
+
+def run(rows, room_blocks=None, caching=True, mode="exact"):
+    """Simulate ``(arrival_s, prompt, output, prefix_ids)`` rows on one GPU with ``room_blocks`` of KV room,
+    checking after every step that blocks, shared ones and idle cached ones add up and fit."""
+    scenario = parse_scenario(scenario_dict(
+        cluster={"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 24}, models=[{"name": MODEL}],
+        engine={"block_size": BLOCK, "max_num_batched_tokens": BUDGET, "max_num_seqs": SEQS,
+                "gpu_memory_utilization": 1.0, "prefix_caching": caching}), "test")
+    scenario.workload.prefix_block_tokens = ID_TOKENS
+    build_hardware = simulation.build_hardware
+
+    def sized(env, scenario_, profile):
+        gpus, nodes = build_hardware(env, scenario_, profile)
+        if room_blocks is not None:
+            costs = ModelCosts(profile, get_model(MODEL))
+            gpus[0].capacity_bytes = (costs.gpu_weight_bytes(1.0) + reserve_bytes(get_model(MODEL), BUDGET, SEQS)
+                                      + room_blocks * BLOCK * costs.kv_bytes_per_token)
+        return gpus, nodes
+
+    after_step = Engine.after_step
+
+    def checked(engine, instance):
+        gpu = instance.gpu
+        assert gpu.used_bytes() + gpu.idle_cache_bytes() <= gpu.capacity_bytes
+        assert_paged_blocks(instance)
+        after_step(engine, instance)
+
+    arrivals, prompts, outputs, ids = zip(*rows)
+    chunk = RequestChunk(np.array(arrivals, float), np.array([MODEL] * len(rows), object), np.array(prompts, np.int64),
+                         np.array(outputs, np.int64), prefix_ids=np.array([tuple(i) for i in ids] + [None], object)[:-1])
+    with mock.patch.object(simulation, "build_hardware", sized), mock.patch.object(Engine, "after_step", checked):
+        return simulation.simulate(scenario, mode=mode, chunks=[chunk])
+
+
+def test_block_keys_follow_the_prompt_up_to_each_block():
+    a = block_keys((1, 2, 3), 200, ID_TOKENS, BLOCK)
+    assert len(a) == 12  # 3 ids x 64 tokens = 192 tokens = 12 blocks of 16
+    b = block_keys((1, 2, 9), 300, ID_TOKENS, BLOCK)
+    assert a[:8] == b[:8] and a[8] != b[8]  # block 8 (tokens 128-143) lies in the third id's tokens
+    assert len(block_keys((1, 2, 3), 100, ID_TOKENS, BLOCK)) == 6  # only full blocks of the prompt
+    # A coarser engine block spans several ids: its key depends on all of them.
+    assert block_keys((1, 2), 128, 64, 128) != block_keys((1, 3), 128, 64, 128)
+
+
+def test_cache_counts_holders_and_evicts_the_longest_idle_tail_first():
+    cache = PrefixCache()
+    for key in (10, 11, 12):
+        assert cache.insert(key)
+    assert not cache.insert(11)
+    cache.acquire([10, 11])  # a second request shares the first two
+    assert cache.holders == {10: 2, 11: 2, 12: 1}
+    assert cache.release([10, 11, 12], released_seq=1) == 1  # only 12 has nobody left
+    assert list(cache.idle) == [12]
+    assert cache.release([10, 11], released_seq=2) == 2
+    assert list(cache.idle) == [12, 11, 10]  # the prompt's end goes idle before its start
+    assert cache.match([10, 11, 12, 13], limit=4) == 3 and cache.idle_among([10, 11, 12]) == 3
+    cache.evict(2)
+    assert set(cache.holders) == {10} and cache.match([10, 11], limit=2) == 1
+    cache.acquire([10])
+    assert not cache.idle and min(cache.holders.values()) >= 1
+
+
+def test_a_shared_prefix_is_prefilled_once():
+    rows = [(0.0, 200, 2, (1, 2, 3)),   # A fills 12 keyed blocks (192 tokens)
+            (50.0, 250, 2, (1, 2, 3)),  # B: all 12 cached -> 192 tokens
+            (60.0, 300, 2, (1, 2, 9)),  # C: the first 2 ids agree -> 8 blocks, 128 tokens
+            (70.0, 192, 2, (1, 2, 3))]  # D: fully cached, but its last token is computed: 11 blocks, 176
+    result = run(rows)
+    frame = result.requests.sort_values("id")
+    assert list(frame["cached_prompt_tokens"]) == [0, 192, 128, 176]
+    uncached = run(rows, caching=False).requests.sort_values("id")
+    assert list(uncached["cached_prompt_tokens"]) == [0, 0, 0, 0]
+    faster = (frame["ttft_s"].to_numpy() < uncached["ttft_s"].to_numpy())
+    assert list(faster) == [False, True, True, True]
+
+
+def test_concurrent_requests_share_cached_blocks():
+    # B arrives while A decodes: both hold A's 12 prompt blocks, counted once (checked after every step).
+    alone = run([(0.0, 200, 300, (1, 2, 3))]).requests.iloc[0]
+    rows = [(0.0, 200, 300, (1, 2, 3)), (alone["first_token_s"] + 0.1, 200, 2, (1, 2, 3))]
+    frame = run(rows, room_blocks=40).requests.sort_values("id")
+    assert list(frame["cached_prompt_tokens"]) == [0, 192]
+    assert frame.iloc[1]["first_scheduled_s"] < frame.iloc[0]["finish_s"]
+    assert frame["status"].eq("completed").all() and frame["preemptions"].eq(0).all()
+
+
+def test_idle_cached_blocks_are_evicted_when_memory_is_needed_tail_first():
+    # 30 blocks of room. A (320 tokens = 5 ids, 20 keyed blocks, output 1) leaves 20 idle cached blocks.
+    # E (240 tokens, no ids) then needs ceil(241/16) = 16 blocks: 30 - 16 = 14 stay free, so the 6 idle blocks
+    # released last in A's order, its prompt's end (blocks 14-19), are evicted. F, with A's ids, finds 14
+    # blocks (224 tokens).
+    rows = [(0.0, 320, 1, (1, 2, 3, 4, 5)), (30.0, 240, 1, ()), (60.0, 320, 1, (1, 2, 3, 4, 5))]
+    frame = run(rows, room_blocks=30).requests.sort_values("id")
+    assert list(frame["cached_prompt_tokens"]) == [0, 0, 224]
+
+
+@pytest.mark.parametrize("room", [40, 60, None])
+def test_fast_forward_equals_per_iteration_with_caching(room):
+    rng = np.random.default_rng(7)
+    rows, t = [], 0.0
+    for _ in range(120):
+        t += float(rng.exponential(0.05))
+        tenant = int(rng.integers(0, 4))
+        ids = tuple([100 + tenant] * 1 + list(rng.integers(0, 3, int(rng.integers(0, 4)))))
+        rows.append((t, int(rng.integers(65, 700)), int(rng.integers(1, 200)), ids))
+    fast = run(rows, room_blocks=room, mode="fast").requests.sort_values("id")
+    exact = run(rows, room_blocks=room, mode="exact").requests.sort_values("id")
+    assert list(fast["status"]) == list(exact["status"])
+    assert list(fast["cached_prompt_tokens"]) == list(exact["cached_prompt_tokens"])
+    assert fast["cached_prompt_tokens"].sum() > 0
+    for column in ("first_token_s", "finish_s"):
+        a, b = fast[column].to_numpy(), exact[column].to_numpy()
+        assert np.allclose(a, b, rtol=1e-9, atol=0, equal_nan=True), column
