@@ -297,6 +297,7 @@ class Engine:
             return
         model = request.model
         self.prefix_query_tokens[model] += request.prefill_target
+        instance.prefix_query_tokens += request.prefill_target
         if hits == 0:
             return
         keys = request.prefix_keys
@@ -306,6 +307,7 @@ class Engine:
         request.blocks = request.cache_blocks = hits
         request.prefilled = hits * self.config.block_size
         self.prefix_hit_tokens[model] += request.prefilled
+        instance.prefix_hit_tokens += request.prefilled
         if math.isnan(request.first_scheduled_s):
             request.cached_tokens = request.prefilled
 
@@ -417,8 +419,9 @@ class Engine:
     def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
         return residency.load(self, model, gpu, gpu_share)
 
-    def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
-        return residency.unload(self, instance, mode, keep_on_host)
+    def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
+               keep_prefix_cache: bool = False) -> bool:
+        return residency.unload(self, instance, mode, keep_on_host, keep_prefix_cache)
 
     def next_admission(self) -> int:
         self._admissions += 1

@@ -68,6 +68,8 @@ class Instance:
         self.slowdown = 1.0 / gpu.compute_share
         self._coefficients: dict[int, tuple[StepCoefficients, StepCoefficients]] = {}
         self.prefix_cache: PrefixCache | None = PrefixCache() if engine_config.prefix_caching else None
+        self.prefix_query_tokens = 0  # prompt tokens looked up in its prefix cache, at every admission
+        self.prefix_hit_tokens = 0  # of those, found there
 
     # -- views -----------------------------------------------------------------------------------
     @property

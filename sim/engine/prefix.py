@@ -92,6 +92,14 @@ class PrefixCache:
         """When the idle block released longest ago was released (it is evicted next)."""
         return next(iter(self.idle.values()))
 
+    def restore(self, keys: list[int], released_seq: int) -> None:
+        """Blocks brought back from host RAM, oldest first: cached, idle, evicted before anything newer."""
+        holders, idle = self.holders, self.idle
+        for key in keys:
+            if key not in holders:
+                holders[key] = 0
+                idle[key] = released_seq
+
     def evict(self, blocks: int) -> None:
         """Forget the ``blocks`` idle blocks released longest ago."""
         holders, idle = self.holders, self.idle

@@ -49,12 +49,25 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
     total = node.transfer(env.now, seconds, channel)
     engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total,
                           detail=f"share={gpu_share:g} from={'host' if from_host else 'disk'}")
-    env.process(_finish_load(engine, instance, total))
+    prefixes: list[int] = []
+    if model in node.host_prefixes and instance.prefix_cache is not None:
+        prefixes, _ = node.host_prefixes.pop(model)
+        # The prefix blocks come back over the link while the weights load; ready when both are in.
+        restore_s = node.transfer(env.now, costs.kv_transfer_s(len(prefixes) * engine.config.block_size, "host_to_device"),
+                                  "host_to_device")
+        engine.recorder.event(env.now, "prefix_in", gpu.index, instance.name, duration_s=restore_s,
+                              detail=f"blocks={len(prefixes)}")
+        total = max(total, restore_s)
+    env.process(_finish_load(engine, instance, total, prefixes))
     return instance
 
 
-def _finish_load(engine: Engine, instance: Instance, seconds: float) -> Generator[simpy.Event, None, None]:
+def _finish_load(engine: Engine, instance: Instance, seconds: float, prefixes: list[int]) -> Generator[simpy.Event, None, None]:
     yield engine.env.timeout(seconds)
+    if prefixes and instance.prefix_cache is not None:
+        instance.gpu.releases += 1
+        instance.prefix_cache.restore(prefixes, instance.gpu.releases)
+        instance.gpu.evict_idle_cache()
     instance.status = "ready"
     instance.ready_at_s = engine.env.now
     instance.last_used_s = engine.env.now
@@ -68,20 +81,39 @@ def _finish_load(engine: Engine, instance: Instance, seconds: float) -> Generato
     instance.gpu.kick()
 
 
-def unload(engine: Engine, instance: Instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
+def unload(engine: Engine, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
+           keep_prefix_cache: bool = False) -> bool:
     """Start unloading ``instance``; its requests go back to their model's pending queue.
 
     With ``keep_on_host`` the weights stay cached in the node's RAM (if it has room), so the
-    next load of the model on that node reads them from RAM instead of disk."""
+    next load of the model on that node reads them from RAM instead of disk. With
+    ``keep_prefix_cache`` its cached prefix blocks move to the node's RAM over the link (if they
+    fit) and come back with the model's next load on that node; otherwise they are lost."""
     if instance.status not in ("ready", "loading"):
         return False
     instance.status = "draining"
     engine.progress.unloaded(instance.name)
-    engine.env.process(_drain(engine, instance, mode, keep_on_host))
+    engine.env.process(_drain(engine, instance, mode, keep_on_host, keep_prefix_cache))
     return True
 
 
-def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool) -> Generator[simpy.Event, None, None]:
+def _keep_prefixes(engine: Engine, instance: Instance, now: float) -> float:
+    """Copy the instance's cached prefix blocks (by now all idle) to its node's RAM; returns the seconds."""
+    cache = instance.prefix_cache
+    if cache is None or not cache.idle:
+        return 0.0
+    keys = list(cache.idle)  # oldest released first: the order they are evicted in
+    node = engine.nodes[instance.gpu.node]
+    if not node.keep_prefixes(instance.model, keys, len(keys) * instance.block_bytes):
+        return 0.0
+    seconds = node.transfer(now, instance.costs.kv_transfer_s(len(keys) * engine.config.block_size, "device_to_host"),
+                            "device_to_host")
+    engine.recorder.event(now, "prefix_out", instance.gpu.index, instance.name, duration_s=seconds, detail=f"blocks={len(keys)}")
+    return seconds
+
+
+def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
+           keep_prefix_cache: bool) -> Generator[simpy.Event, None, None]:
     env, gpu = engine.env, instance.gpu
     gpu.cut_window()
     while gpu.current is not None and gpu.current.instance is instance:
@@ -94,6 +126,8 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool) ->
     for request in evicted:
         instance.release(request)
         engine.unplace(request)
+    if keep_prefix_cache:
+        transfer_s = max(transfer_s, _keep_prefixes(engine, instance, now))
     unload_s = instance.costs.unload_s(instance.gpu_share)
     engine.recorder.event(now, "unload", gpu.index, instance.name, duration_s=transfer_s + unload_s, detail=mode)
     engine.policy.on_evicted(instance, evicted, engine.view)

@@ -16,6 +16,8 @@ class Node:
         self.host_memory_bytes = host_memory_bytes
         self.host_kv_bytes = 0
         self.host_weights: dict[int, int] = {}  # model -> bytes of its weights cached in host RAM
+        # model -> (prefix-cache keys, oldest first, and their bytes) kept in host RAM by an unload
+        self.host_prefixes: dict[int, tuple[list[int], int]] = {}
         self.free_at = {"host_to_device": 0.0, "device_to_host": 0.0, "disk": 0.0}
 
     def transfer(self, now: float, seconds: float, channel: str) -> float:
@@ -25,7 +27,8 @@ class Node:
         return start + seconds - now
 
     def _host_free_bytes(self) -> int:
-        return self.host_memory_bytes - self.host_kv_bytes - sum(self.host_weights.values())
+        return (self.host_memory_bytes - self.host_kv_bytes - sum(self.host_weights.values())
+                - sum(held for _, held in self.host_prefixes.values()))
 
     def reserve_host(self, kv_bytes: int) -> bool:
         """Hold swapped KV in host RAM if it fits next to cached weights."""
@@ -41,6 +44,15 @@ class Node:
         if weight_bytes > self._host_free_bytes():
             return False
         self.host_weights[model] = weight_bytes
+        return True
+
+    def keep_prefixes(self, model: int, keys: list[int], prefix_bytes: int) -> bool:
+        """Hold a model's cached prefix blocks in host RAM (an LMCache-style CPU tier) if they fit beside
+        what is there; a newer copy replaces an older one."""
+        self.host_prefixes.pop(model, None)
+        if prefix_bytes > self._host_free_bytes():
+            return False
+        self.host_prefixes[model] = (keys, prefix_bytes)
         return True
 
     def release_host(self, kv_bytes: int) -> None:

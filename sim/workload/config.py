@@ -156,8 +156,23 @@ class EmpiricalLength(Strict):
 LengthDist = Annotated[ConstantLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="dist")]
 
 
+class ConversationConfig(Strict):
+    """Shared-prefix traffic (see :mod:`sim.workload.conversations`): each arrival starts a conversation of
+    ``turns`` turns (uniform in [low, high]) for one of ``tenants`` tenants of its model, whose system prompt of
+    ``system_prompt_tokens`` tokens opens every prompt; a turn's prompt then carries the conversation so far
+    and a new message (the generator's ``prompt_tokens``), its answer is ``output_tokens`` long, and the next
+    turn arrives an exponentially distributed think time (mean ``think_time_s``) later."""
+
+    tenants: int = Field(default=1, ge=1, le=1 << 20)
+    system_prompt_tokens: int = Field(default=0, ge=0, le=MAX_LENGTH_TOKENS)
+    turns: UniformLength = Field(default_factory=lambda: UniformLength(dist="uniform", low=1, high=1))
+    think_time_s: float = Field(default=0.0, ge=0, le=1e6)
+
+
 class GeneratorConfig(Strict):
-    """A synthetic workload: arrivals, model mix and lengths; stops at ``duration_s`` or ``max_requests``."""
+    """A synthetic workload: arrivals, model mix and lengths; stops at ``duration_s`` or ``max_requests``.
+
+    With ``conversations``, arrivals start conversations and every turn is a request."""
 
     duration_s: Seconds | None = None
     max_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
@@ -165,6 +180,7 @@ class GeneratorConfig(Strict):
     mix: ZipfMix | dict[str, Weight]
     prompt_tokens: LengthDist
     output_tokens: LengthDist
+    conversations: ConversationConfig | None = None
 
     @field_validator("mix")
     @classmethod
@@ -190,6 +206,8 @@ class GeneratorConfig(Strict):
         if rate is None and isinstance(arrivals, RateSeriesArrivals):
             rate = max(window[1] for window in arrivals.windows)
         by_rate = None if rate is None or duration_s is None else rate * duration_s
+        if by_rate is not None and self.conversations is not None:
+            by_rate *= self.conversations.turns.high  # every arrival starts a conversation of up to that many turns
         if self.max_requests is None:
             return by_rate
         return float(self.max_requests) if by_rate is None else min(by_rate, float(self.max_requests))

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sim.workload.chunk import RequestChunk
+from sim.workload.reuse import PrefixReuse
 
 HISTOGRAM_TOKENS = 1 << 20
 PERCENTILES = (50, 90, 99)
@@ -66,8 +67,10 @@ class LengthHistogram:
 class TraceStats:
     """Counts, span, rate, burstiness, model shares and length distributions of a request stream."""
 
-    def __init__(self):
+    def __init__(self, prefix_block_tokens: int = 512):
         self.requests = 0
+        self.reuse = PrefixReuse(prefix_block_tokens)
+        self.has_prefix_ids = False
         self.first_s: float | None = None
         self.last_s: float | None = None
         self.gap_sum_s = 0.0
@@ -98,6 +101,9 @@ class TraceStats:
         self.prompt.add(chunk.prompt_tokens)
         self.output.add(chunk.output_tokens)
         self._count_times(chunk.arrival_s, codes, names.tolist())
+        if chunk.prefix_ids is not None:
+            self.has_prefix_ids = True
+        self.reuse.add(chunk)
 
     def _count_times(self, arrival_s: np.ndarray, codes: np.ndarray, names: list[str]) -> None:
         """Add arrivals to the per-model timeline, widening its bins when the span outgrows them."""
@@ -137,12 +143,20 @@ class TraceStats:
             "model_requests": dict(sorted(self.models.items())),
             "prompt_tokens": self.prompt.summary(),
             "output_tokens": self.output.summary(),
+            "prefix_reuse": self._reuse_summary(),
         }
 
+    def _reuse_summary(self) -> dict | None:
+        """The ideal prefix reuse (see :mod:`sim.workload.reuse`), when the trace names prefixes."""
+        if not self.has_prefix_ids:
+            return None
+        return {"block_tokens": self.reuse.block_tokens, "share": self.reuse.overall(),
+                "per_model": dict(sorted(self.reuse.shares().items()))}
 
-def trace_stats(chunks: Iterable[RequestChunk]) -> TraceStats:
-    """Statistics of a whole stream."""
-    stats = TraceStats()
+
+def trace_stats(chunks: Iterable[RequestChunk], prefix_block_tokens: int = 512) -> TraceStats:
+    """Statistics of a whole stream (``prefix_block_tokens``: prompt tokens per prefix id)."""
+    stats = TraceStats(prefix_block_tokens)
     for chunk in chunks:
         stats.add(chunk)
     return stats

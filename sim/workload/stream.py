@@ -33,7 +33,8 @@ def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_ro
     bad rows; arrivals past ``MAX_TIME_S`` after scaling are errors.
     """
     if config.generator is not None:
-        chunks = generate(config.generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows)
+        chunks = generate(config.generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
+                          prefix_block_tokens=config.prefix_block_tokens)
     else:
         trace = config.trace
         path = resolve_input(trace.path, base_dir, "workload.trace.path")
