@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,6 +67,7 @@ def main() -> int:
     config.parent.mkdir(exist_ok=True)
     config.write_text(json.dumps(TINY_QWEN2, indent=1))
     profile = args.profile or args.out / "profile.json"
+    loads_seen = [os.getloadavg()[0]]  # 1-minute load average: how shared the machine was
     started = time.perf_counter()
     if args.profile is None:
         command = ["mmsim", "calibrate", "--engine", "vllm", "--device", "cpu", "--config", str(config), "--models", MODEL,
@@ -80,7 +82,9 @@ def main() -> int:
     command = ["mmsim", "validate", "vllm", str(trace), "--profile", str(profile), "--config", str(config), "--model", MODEL,
                "--dtype", "fp32", "--loads", loads, "--out", str(args.out)]
     started_validation = time.perf_counter()
+    loads_seen.append(os.getloadavg()[0])
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    loads_seen.append(os.getloadavg()[0])
     result = json.loads((args.out / "validation.json").read_text())
     validated = time.perf_counter() - started_validation
     failures = 0
@@ -94,6 +98,11 @@ def main() -> int:
                   f"{'' if target is None else ('+-%d%% ' % target) + ('met' if met else 'MISSED')}")
     print(f"engine drift before the replay: {result['engine_drift_pct']:+.1f}% (the real engine's steps against the "
           "profile's prices of them: machine noise since calibration)")
+    for name, level in zip(LEVELS, result["levels"]):
+        print(f"{name}: the replay's steps took {level['steps_vs_profile_pct']:+.1f}% against the profile's prices of "
+              f"them; engine off the CPU {level['steps_off_cpu_pct']:.1f}% of their time")
+    print(f"1-minute load average before calibration / before validation / after: "
+          f"{' / '.join(f'{load:.2f}' for load in loads_seen)}")
     print(f"validation: {validated:.0f} s; {failures} target(s) missed; written to {args.out}")
     return 0
 

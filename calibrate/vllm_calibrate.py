@@ -39,14 +39,14 @@ class EngineCalibration:
 
 def probe_count(request: EngineCalibration) -> int:
     """Progress ticks of :func:`run_engine_calibration`: start, warm-up, every probe, fit."""
-    plan = plan_for(request.quick, request.limits.max_num_seqs, request.limits.max_model_len)
+    plan = plan_for(request.quick, request.limits)
     return 3 + plan.probes
 
 
 def run_engine_calibration(request: EngineCalibration, tick: Tick) -> dict:
     """Measure and fit; return the profile as a JSON-ready dict (validated by the caller's write)."""
     folder = model_folder(request.spec, request.config, request.dtype, request.workdir)
-    plan = plan_for(request.quick, request.limits.max_num_seqs, request.limits.max_model_len)
+    plan = plan_for(request.quick, request.limits)
     started = time.perf_counter()
     engine = VllmEngine(folder, request.dtype, request.limits, request.device)
     tick(f"vLLM engine started ({time.perf_counter() - started:.0f} s)")
@@ -83,7 +83,7 @@ def model_entry(request: EngineCalibration, fit: dict, samples: list[dict]) -> d
     limits = request.limits
     note = (f"{version} engine steps on {where}, {request.dtype}, block_size {limits.block_size}, "
             f"max_num_seqs {limits.max_num_seqs}, max_num_batched_tokens {limits.max_num_batched_tokens}; per-layer "
-            "= decoder forward time / layers; medians of the steps per probe")
+            "= decoder forward time / layers; means of the steps per probe and batch size")
     layer = {"source": "measured", "note": note, **fit["layer"], "samples": samples}
     head, overhead = fit["head"], fit["overhead"]
     entry = {

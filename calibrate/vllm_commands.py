@@ -60,10 +60,10 @@ def calibrate_engine_command(model: str | None, config: Path | None, dtype: str,
     profile = write_profile(data, out)
     fit = data["validation"][f"vllm_fit:{spec.name}"]
     console.print(f"[bold]{spec.name}[/] on {profile.hardware.gpu.name} via {fit['engine']}: residuals of the fit "
-                  "(mean / max |error| over the samples)", highlight=False)
+                  "(mean / max |error| over the samples kept; outliers: samples left out)", highlight=False)
     for term, report in fit["residuals"].items():
-        console.print(f"  {term:15} {report['samples']:4d} samples  {report['mean_abs_pct']}% / {report['max_abs_pct']}%",
-                      highlight=False)
+        console.print(f"  {term:15} {report['samples']:4d} samples, {report['outliers']:2d} outliers  "
+                      f"{report['mean_abs_pct']}% / {report['max_abs_pct']}%", highlight=False)
     for kind, report in fit["whole_step_errors"].items():
         console.print(f"  whole {kind:9} {report['samples']:4d} samples  mean {report['mean_pct']:+}%, "
                       f"|error| {report['mean_abs_pct']}% (max {report['max_abs_pct']}%)", highlight=False)
@@ -147,6 +147,10 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
         console.print(f"largest |error|: {result['max_abs_error_pct']:.1f}%; before the replay the engine ran "
                       f"{result['engine_drift_pct']:+.1f}% against the profile's prices of the same steps "
                       "(machine noise since calibration)", highlight=False)
+        for level in result["levels"]:
+            console.print(f"load {level['load']:g}: the replay's steps took {level['steps_vs_profile_pct']:+.1f}% "
+                          f"against the profile's prices of them, {level['steps_off_cpu_pct']:.1f}% of their time "
+                          "with the engine off the CPU (other processes)", highlight=False)
     if max_error is not None and result["max_abs_error_pct"] > max_error:
         console.print(f"[red]an error exceeds --max-error {max_error:g}%[/]")
         raise SystemExit(1)

@@ -106,6 +106,7 @@ class StepRecord:
     decode_contexts: list[int] = field(default_factory=list)  # per decode: tokens it attends to (mmsim's context)
     prefills: list[tuple[int, int]] = field(default_factory=list)  # per chunk: (tokens, cached before)
     end_s: float = 0.0  # perf_counter at the step's end
+    cpu_s: float = 0.0  # CPU time of the engine's thread in the step: wall - cpu is time other processes took
     finished: list[str] = field(default_factory=list)
     first_tokens: list[str] = field(default_factory=list)
 
@@ -114,7 +115,7 @@ class StepRecord:
         return len(self.decode_contexts) + len(self.prefills)
 
     def as_sample(self) -> dict:
-        return {"wall_s": self.wall_s, "execute_s": self.execute_s, "forward_s": self.forward_s,
+        return {"wall_s": self.wall_s, "execute_s": self.execute_s, "forward_s": self.forward_s, "cpu_s": self.cpu_s,
                 "decode_contexts": self.decode_contexts, "prefills": [list(p) for p in self.prefills]}
 
 
@@ -205,15 +206,23 @@ class VllmEngine:
         self._prompt_tokens[request_id] = prompt_tokens
         self.engine.add_request(request_id, self._prompt(prompt_token_ids=prompt), params)
 
+    def abort(self, request_ids: list[str]) -> None:
+        """Take requests out of the engine before they finish (the probes' way to shrink a batch)."""
+        if request_ids:
+            self.engine.abort_request(request_ids)
+        for rid in request_ids:
+            self._prompt_tokens.pop(rid, None)
+            self._emitted.discard(rid)
+
     def has_work(self) -> bool:
         return self.engine.has_unfinished_requests()
 
     def step(self) -> StepRecord:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         outputs = self.engine.step()
-        ended = time.perf_counter()
+        ended, cpu_s = time.perf_counter(), time.thread_time() - started_cpu
         record = StepRecord(ended - started, self._execute.take() + self._sample.take(),
-                            self._forward.take() if self._forward else 0.0, end_s=ended)
+                            self._forward.take() if self._forward else 0.0, end_s=ended, cpu_s=cpu_s)
         for planned in self._planned:
             self._compose(planned, record)
         self._planned.clear()

@@ -9,8 +9,11 @@ Each sample splits a step's wall time three ways, as the engine was timed:
   ``a + b * B + c * C`` over all decode samples; prefill ``p0 + p1 * P + p2 * sum(P_i^2 + 2 P_i C_i)`` over
   prefill-only and mixed steps (less the mixed steps' decodes).
 
-Every fit is non-negative least squares weighted by 1/time (``calibrate.fit.relative_nnls``); each term
-reports its residuals (mean and largest relative error over its samples).
+Every fit is non-negative least squares on relative error, weighted by 1/fitted time (:func:`mean_relative_nnls`):
+a replay's latencies are sums of step times, so a fit must price a step at its mean. Samples more than
+``OUTLIER_MADS`` robust standard deviations off the fit (a probe caught in another job's burst, which ran
+the same steps up to twice as slow for tens of seconds) are left out and counted. Each term reports its
+residuals (mean and largest relative error over the samples kept) and its outliers.
 """
 
 from __future__ import annotations
@@ -19,22 +22,75 @@ import statistics
 
 import numpy as np
 
-from calibrate.fit import relative_nnls
+from calibrate.fit import nnls, relative_nnls
+
+REWEIGHTS = 4  # rounds of reweighting: two bring the coefficients within 0.1% of their limit, four within 1e-6
+OUTLIER_MADS = 3.0  # the usual 3-sigma cut, with sigma estimated as 1.4826 x the median absolute deviation
+ROBUST_MAD_SCALE = 1.4826  # MAD -> standard deviation of a normal distribution
+MIN_SPREAD = 0.01  # relative: near-identical samples must not make ordinary 1-2% scatter an outlier
+SPARE_ROWS = 3  # rows beyond the coefficients before a fit's residuals can single out an outlier
 
 
-def residuals(columns: list[list[float]], times_s: list[float], coefficients) -> dict:
-    """Mean and largest |fit - sample| / sample, and the sample count."""
+def residuals(columns: list[list[float]], times_s: list[float], coefficients, kept: np.ndarray | None = None) -> dict:
+    """Mean and largest |fit - sample| / sample over the samples kept, the sample count and the outliers."""
     if not times_s:
-        return {"samples": 0, "mean_abs_pct": None, "max_abs_pct": None}
+        return {"samples": 0, "outliers": 0, "mean_abs_pct": None, "max_abs_pct": None}
+    kept = np.ones(len(times_s), bool) if kept is None else kept
     fitted = np.asarray(columns, float).T @ np.asarray(coefficients, float)
-    errors = np.abs(fitted - np.asarray(times_s)) / np.maximum(np.asarray(times_s), 1e-12)
-    return {"samples": len(times_s), "mean_abs_pct": round(100 * float(errors.mean()), 2),
+    errors = (np.abs(fitted - np.asarray(times_s)) / np.maximum(np.asarray(times_s), 1e-12))[kept]
+    return {"samples": len(times_s), "outliers": int((~kept).sum()), "mean_abs_pct": round(100 * float(errors.mean()), 2),
             "max_abs_pct": round(100 * float(errors.max()), 2)}
 
 
+def inliers(relative_residuals: np.ndarray) -> np.ndarray:
+    """The samples within ``OUTLIER_MADS`` robust standard deviations (at least ``MIN_SPREAD``) of the median
+    residual; all of them when there are fewer than 5 to tell by."""
+    r = np.asarray(relative_residuals, float)
+    if len(r) < 5:
+        return np.ones(len(r), bool)
+    centre = float(np.median(r))
+    spread = max(ROBUST_MAD_SCALE * float(np.median(np.abs(r - centre))), MIN_SPREAD)
+    return np.abs(r - centre) <= OUTLIER_MADS * spread
+
+
+def robust_mean(values: list[float]) -> float:
+    """The mean of ``values`` without their outliers (see :func:`inliers`)."""
+    v = np.asarray(values, float)
+    return float(v[inliers(v / v.mean() - 1)].mean())
+
+
+def mean_relative_nnls(columns: list[list[float]], times_s: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """NNLS on relative error with rows weighted by 1/fitted time, iterated from the 1/sample weighting: the
+    quasi-likelihood fit of times whose scatter is proportional to their size, which estimates their mean.
+
+    Weights of 1/sample favour the samples that happened to run fast: a replay's steps on this shared 2-core
+    machine (scattered by 10-20% by other processes), fitted that way, were priced 4.5-5.4% below the mean
+    of the very steps fitted, and every simulated latency comes out short by as much. Weights from the
+    fitted times keep the relative scaling (a 10 ms step counts as much as a 1 s one) without that bias.
+    Returns the coefficients, fitted again without the outliers of the first fit, and the mask of the rows kept."""
+    a = np.column_stack([np.asarray(c, float) for c in columns])
+    y = np.asarray(times_s, float)
+    coefficients = _quasi_likelihood(a, y)
+    enough = len(y) >= a.shape[1] + SPARE_ROWS
+    kept = inliers(y / np.maximum(a @ coefficients, 1e-12) - 1) if enough else np.ones(len(y), bool)
+    if not kept.all():
+        coefficients = _quasi_likelihood(a[kept], y[kept])
+    return coefficients, kept
+
+
+def _quasi_likelihood(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    coefficients = relative_nnls(list(a.T), list(y))
+    floor_s = 1e-3 * max(float(y.min()), 1e-12)  # a fitted time near 0 must not take all the weight
+    for _ in range(REWEIGHTS):
+        weight = 1.0 / np.maximum(a @ coefficients, floor_s)
+        coefficients = nnls(a * weight[:, None], y * weight)
+    return coefficients
+
+
 def _fit(columns: list[list[float]], times_s: list[float]) -> tuple[list[float], dict]:
-    coefficients = [float(x) for x in relative_nnls(columns, times_s)]
-    return coefficients, residuals(columns, times_s, coefficients)
+    coefficients, kept = mean_relative_nnls(columns, times_s)
+    values = [float(x) for x in coefficients]
+    return values, residuals(columns, times_s, values, kept)
 
 
 def quadratic(prefills: list[list[int]]) -> int:
@@ -49,7 +105,8 @@ def fit_overhead(samples: list[dict]) -> tuple[dict, dict]:
 
 
 def fit_head(samples: list[dict]) -> tuple[dict, dict]:
-    """Head seconds: a line over all steps by sequence count, and the median at each decode batch size."""
+    """Head seconds: a line over all steps by sequence count, and the mean at each decode batch size (without
+    its outliers)."""
     rows = [s for s in samples if s["forward_s"] > 0]
     sequences = [s["batch"] + len(s["prefills"]) for s in rows]
     times = [max(s["execute_s"] - s["forward_s"], 1e-7) for s in rows]
@@ -58,7 +115,7 @@ def fit_head(samples: list[dict]) -> tuple[dict, dict]:
     for s, t in zip(rows, times):
         if s["kind"] == "decode":
             by_batch.setdefault(s["batch"], []).append(t)
-    grid = [{"batch": b, "seconds": statistics.median(v)} for b, v in sorted(by_batch.items())]
+    grid = [{"batch": b, "seconds": robust_mean(v)} for b, v in sorted(by_batch.items())]
     return {"intercept_s": intercept, "per_seq_s": slope, "grid": grid}, report
 
 

@@ -2,24 +2,32 @@
 
 A probe is a set of requests submitted together and run to completion:
 
-- decode: B requests with prompts of ``context`` tokens and a few output tokens; once their prefills are
-  done, every step is a pure decode step of B sequences (the steps while they prefill mix decodes with a
-  prefill chunk: they are kept as mixed samples);
+- decode sweep: as many requests as the largest batch of the grid, with prompts of ``context`` tokens, decode
+  together; after ``decode_steps`` (+ ``WARMUP_STEPS``) pure decode steps at one batch size, enough of them
+  are aborted to bring the batch down to the next size of the grid, down to the smallest. One prefill
+  thus serves every batch size, and each is measured as a whole batch (the steps while they prefill mix
+  decodes with prefill chunks: they are kept as mixed samples);
 - prefill: one request of P prompt tokens and one output token (prompts longer than the token budget run
   in chunks over the part already cached: the ``2PC`` term);
 - mixed: B decoding requests, then one prompt of P tokens joining them.
 
+The whole grid is run ``passes`` times, every other pass in reverse order, so that every probe is measured
+at moments tens of seconds apart: on a shared machine the same step runs 10-20% slower or faster from one
+minute to the next, and a few times an hour twice as slow for tens of seconds (another job's burst).
+
 Each step is classified by its composition as the scheduler planned it. Per probe and kind, the steps'
-times are summarised by their median (the replay in ``validate vllm`` sees the same noise as these probes).
+times are summarised by their mean: a served request's latency is a sum of step times, so the slow steps
+(another process taking the core for a while) count as they happen.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from calibrate.vllm_engine import StepRecord, VllmEngine
+from calibrate.vllm_engine import EngineLimits, StepRecord, VllmEngine
 
 Tick = Callable[[str], None]
 WARMUP_STEPS = 2  # the first decode steps of a batch shape pay one-off kernel set-up
@@ -27,37 +35,51 @@ WARMUP_STEPS = 2  # the first decode steps of a batch shape pay one-off kernel s
 
 @dataclass(frozen=True)
 class ProbePlan:
-    """The probe grid: decode batch x context, prefill prompt lengths, mixed (batch, prompt) pairs."""
+    """The probe grid, run ``passes`` times: decode batch sizes x contexts, prefill prompt lengths, mixed
+    (batch, prompt) pairs."""
 
     decode_batches: tuple[int, ...]
     decode_contexts: tuple[int, ...]
     decode_steps: int
     prefill_prompts: tuple[int, ...]
-    prefill_repeats: int
     mixed: tuple[tuple[int, int], ...]
+    passes: int
 
     @property
     def probes(self) -> int:
-        return (len(self.decode_batches) * len(self.decode_contexts) + len(self.prefill_prompts) * self.prefill_repeats
-                + len(self.mixed))
+        return self.passes * (len(self.decode_contexts) + len(self.prefill_prompts) + len(self.mixed))
 
 
-QUICK = ProbePlan(decode_batches=(1, 2, 4, 8, 12, 16), decode_contexts=(64, 512, 1536), decode_steps=10,
-                  prefill_prompts=(16, 64, 256, 512, 1024, 2048, 3000), prefill_repeats=2,
-                  mixed=((2, 512), (4, 256), (4, 1024), (8, 512), (8, 1024), (12, 256), (12, 1024), (15, 512)))
-FULL = ProbePlan(decode_batches=(1, 2, 4, 8, 12, 16, 24, 32), decode_contexts=(64, 512, 1536), decode_steps=12,
-                 prefill_prompts=(16, 64, 128, 256, 512, 1024, 2048, 3000), prefill_repeats=3,
-                 mixed=((2, 128), (2, 1024), (4, 256), (4, 1024), (8, 512), (8, 1024), (12, 256), (12, 1024),
-                        (16, 512), (24, 1024), (31, 512)))
+# Every batch size up to 16: a sweep measures one more size for decode_steps steps (~0.2 s on a CPU), where
+# interpolating between sizes left up to 4% out. Prompt lengths stay off the powers of two: oneDNN's GEMMs
+# ran 1-3% cheaper per token at 256 / 512 / 1024 tokens than at the lengths around them, and real prompts
+# have any length.
+QUICK = ProbePlan(decode_batches=tuple(range(1, 17)) + (24, 32, 48, 64), decode_contexts=(64, 512, 1536),
+                  decode_steps=10, prefill_prompts=(24, 90, 200, 360, 560, 800, 1000, 1500, 2000, 3000),
+                  mixed=((2, 500), (4, 240), (4, 1000), (8, 500), (8, 1000), (12, 240), (12, 1000), (15, 500)), passes=3)
+FULL = ProbePlan(decode_batches=tuple(range(1, 17)) + (20, 24, 28, 32, 48, 64, 96, 128), decode_contexts=(64, 512, 1536),
+                 decode_steps=12, prefill_prompts=(24, 90, 150, 200, 360, 560, 800, 1000, 1500, 2000, 3000),
+                 mixed=((2, 120), (2, 1000), (4, 240), (4, 1000), (8, 500), (8, 1000), (12, 240), (12, 1000),
+                        (16, 500), (24, 1000), (31, 500)), passes=4)
 
 
-def plan_for(quick: bool, max_num_seqs: int, max_model_len: int) -> ProbePlan:
+def sweep_output_tokens(plan: ProbePlan, context: int, budget_tokens: int) -> int:
+    """Output tokens per request of a decode sweep: enough to outlast its prefill steps (``budget_tokens`` per
+    step, less one per request already decoding) and every phase of the sweep."""
+    largest = max(plan.decode_batches)
+    prefill_steps = math.ceil(largest * context / max(budget_tokens - largest, 1))
+    return prefill_steps + 2 + len(plan.decode_batches) * (plan.decode_steps + WARMUP_STEPS)
+
+
+def plan_for(quick: bool, limits: EngineLimits) -> ProbePlan:
     """The quick or full grid, cut to what the engine's limits allow."""
     plan = QUICK if quick else FULL
-    return ProbePlan(tuple(b for b in plan.decode_batches if b <= max_num_seqs),
-                     tuple(c for c in plan.decode_contexts if c + plan.decode_steps + 1 < max_model_len),
-                     plan.decode_steps, tuple(p for p in plan.prefill_prompts if p + 1 < max_model_len),
-                     plan.prefill_repeats, tuple((b, p) for b, p in plan.mixed if b < max_num_seqs and p + 1 < max_model_len))
+    longest = limits.max_model_len - 1
+    plan = replace(plan, decode_batches=tuple(b for b in plan.decode_batches if b <= limits.max_num_seqs),
+                   prefill_prompts=tuple(p for p in plan.prefill_prompts if p < longest),
+                   mixed=tuple((b, p) for b, p in plan.mixed if b < limits.max_num_seqs and p < longest))
+    return replace(plan, decode_contexts=tuple(
+        c for c in plan.decode_contexts if c + sweep_output_tokens(plan, c, limits.max_num_batched_tokens) <= longest))
 
 
 def kind_of(step: StepRecord) -> str:
@@ -74,9 +96,11 @@ class Prober:
         self.steps: list[tuple[str, StepRecord]] = []
         self._ids = 0
 
-    def _submit(self, prompt_tokens: int, output_tokens: int) -> None:
+    def _submit(self, prompt_tokens: int, output_tokens: int) -> str:
         self._ids += 1
-        self.engine.add(f"p{self._ids}", prompt_tokens, output_tokens)
+        request_id = f"p{self._ids}"
+        self.engine.add(request_id, prompt_tokens, output_tokens)
+        return request_id
 
     def _drain(self, label: str) -> list[StepRecord]:
         steps = []
@@ -86,51 +110,72 @@ class Prober:
         return steps
 
     def warm_up(self, plan: ProbePlan) -> None:
-        """One-off set-up (kernels, allocator) outside the samples: the largest prefill, the largest batch."""
-        for _ in range(self.engine.limits.max_num_seqs):
-            self._submit(64, 4)
+        """One-off set-up (kernels, allocator) outside the samples: every batch size of the grid, the largest
+        prefill."""
+        self.decode_sweep(replace(plan, decode_steps=1), 64)
         self._submit(max(plan.prefill_prompts), 2)
         while self.engine.has_work():
             self.engine.step()
 
-    def decode(self, batch: int, context: int, steps: int) -> None:
-        for _ in range(batch):
-            self._submit(context, steps + WARMUP_STEPS + 1)
-        self._drain(f"decode B={batch} ctx={context}")
+    def decode_sweep(self, plan: ProbePlan, context: int) -> list[StepRecord]:
+        """The steps of a sweep over every batch size of ``plan``, largest first, on prompts of ``context``
+        tokens."""
+        sizes = sorted(plan.decode_batches, reverse=True)
+        tokens = sweep_output_tokens(plan, context, self.engine.limits.max_num_batched_tokens)
+        running = [self._submit(context, tokens) for _ in range(sizes[0])]
+        phase_steps = plan.decode_steps + WARMUP_STEPS
+        steps: list[StepRecord] = []
+        for following in sizes[1:] + [0]:
+            counted = 0
+            while counted < phase_steps and self.engine.has_work():
+                step = self.engine.step()
+                steps.append(step)
+                if not step.prefills and len(step.decode_contexts) == len(running):
+                    counted += 1
+            self.engine.abort(running[following:])
+            del running[following:]
+        return steps
 
-    def prefill(self, prompt: int) -> None:
+    def prefill(self, prompt: int, suffix: str = "") -> None:
         self._submit(prompt, 1)
-        self._drain(f"prefill P={prompt}")
+        self._drain(f"prefill P={prompt}{suffix}")
 
-    def mixed(self, batch: int, prompt: int) -> None:
+    def mixed(self, batch: int, prompt: int, suffix: str = "") -> None:
         for _ in range(batch):
             self._submit(128, 12)
         self.engine.step()  # their prefill
         self.engine.step()  # a first decode step
         self._submit(prompt, 2)
-        self._drain(f"mixed B={batch} P={prompt}")
+        self._drain(f"mixed B={batch} P={prompt}{suffix}")
 
     def run(self, plan: ProbePlan, tick: Tick) -> None:
         self.warm_up(plan)
         tick("vLLM warm-up")
-        for batch in plan.decode_batches:
-            for context in plan.decode_contexts:
-                self.decode(batch, context, plan.decode_steps)
-                tick(f"decode batch {batch}, context {context}")
-        for prompt in plan.prefill_prompts:
-            for _ in range(plan.prefill_repeats):
-                self.prefill(prompt)
-                tick(f"prefill {prompt} tokens")
-        for batch, prompt in plan.mixed:
-            self.mixed(batch, prompt)
-            tick(f"mixed: {batch} decodes + {prompt}-token prompt")
+        for index in range(plan.passes):
+            self.run_pass(plan, index, tick)
+
+    def run_pass(self, plan: ProbePlan, index: int, tick: Tick) -> None:
+        """Every probe once (pass ``index``, 0-based), odd passes in reverse order; labels name the pass, so
+        that the summary keeps the passes apart."""
+        order = -1 if index % 2 else 1
+        suffix = f" pass {index + 1}"
+        for context in plan.decode_contexts[::order]:
+            label = f"decode ctx={context}{suffix}"
+            self.steps.extend((label, step) for step in self.decode_sweep(plan, context))
+            tick(f"decode batch {max(plan.decode_batches)}…{min(plan.decode_batches)}, context {context}{suffix}")
+        for prompt in plan.prefill_prompts[::order]:
+            self.prefill(prompt, suffix)
+            tick(f"prefill {prompt} tokens{suffix}")
+        for batch, prompt in plan.mixed[::order]:
+            self.mixed(batch, prompt, suffix)
+            tick(f"mixed: {batch} decodes + {prompt}-token prompt{suffix}")
 
 
 def summarise(steps: list[tuple[str, StepRecord]]) -> list[dict]:
-    """One sample per (probe, kind, shape): the median times of its steps, with min and max.
+    """One sample per (probe, kind, shape): the mean times of its steps, with min and max.
 
     Decode steps are grouped by batch size (context grows by B a step: its mean is kept); the first
-    ``WARMUP_STEPS`` decode steps of each probe are left out."""
+    ``WARMUP_STEPS`` decode steps of each probe and batch size are left out."""
     groups: dict[tuple, list[StepRecord]] = {}
     seen: dict[tuple, int] = {}
     for label, step in steps:
@@ -150,7 +195,7 @@ def summarise(steps: list[tuple[str, StepRecord]]) -> list[dict]:
             "probe": key[0], "kind": key[1], "steps": len(members), "batch": len(first.decode_contexts),
             "context_tokens": statistics.fmean(sum(s.decode_contexts) for s in members),
             "prefills": [list(p) for p in first.prefills],
-            **{f"{what}_s": statistics.median(getattr(s, f"{what}_s") for s in members)
+            **{f"{what}_s": statistics.fmean(getattr(s, f"{what}_s") for s in members)
                for what in ("wall", "execute", "forward")},
             "wall_min_s": min(s.wall_s for s in members), "wall_max_s": max(s.wall_s for s in members),
         })

@@ -50,7 +50,10 @@ def section(result: dict) -> str:
     for level in result["levels"]:
         rows = "".join(f"<tr><td>{name}</td><td>{level['real'][name]:.4g}</td><td>{level['simulated'][name]:.4g}</td>"
                        f"<td>{_error_text(level['errors_pct'][name])}</td></tr>" for name in METRICS)
-        parts.append(f"<h3>load {level['load']:g} ({level['requests']} requests)</h3><table><tr><th>metric</th>"
+        parts.append(f"<h3>load {level['load']:g} ({level['requests']} requests)</h3>"
+                     f"<p>The replay's steps took {level['steps_vs_profile_pct']:+.1f}% against the profile's prices of "
+                     f"them; the engine was off the CPU (other processes) for {level['steps_off_cpu_pct']:.1f}% of "
+                     "their time.</p><table><tr><th>metric</th>"
                      f"<th>real</th><th>simulated</th><th>error</th></tr>{rows}</table>{_figure_svg(level)}")
     parts.append("</section>")
     return "".join(parts)

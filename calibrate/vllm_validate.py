@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.vllm_engine import EngineLimits, VllmEngine, engine_version
+from calibrate.vllm_engine import EngineLimits, StepRecord, VllmEngine, engine_version
 from calibrate.vllm_probes import Prober, plan_for
 from sim.catalogue import ModelSpec
 from sim.costs import ModelCosts
@@ -46,7 +46,7 @@ class Trace:
         return len(self.arrival_s)
 
 
-def replay(engine: VllmEngine, trace: Trace, tick: Tick | None = None, steps: list | None = None) -> pd.DataFrame:
+def replay(engine: VllmEngine, trace: Trace, tick: Tick | None = None, steps: list[StepRecord] | None = None) -> pd.DataFrame:
     """Run ``trace`` through ``engine`` at its arrival times; one row per request (seconds from the trace's start).
     ``steps``, when given, receives every step's record."""
     first: dict[str, float] = {}
@@ -129,15 +129,17 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
     """Replay and simulate ``trace`` at each load level; the comparison as a JSON-ready dict."""
     levels = []
     prober = Prober(engine)
-    prober.warm_up(plan_for(True, limits.max_num_seqs, limits.max_model_len))
-    drift = engine_drift_pct(prober, ModelCosts(load_profile(profile), spec, dtype))
+    prober.warm_up(plan_for(True, limits))
+    costs = ModelCosts(load_profile(profile), spec, dtype)
+    drift = engine_drift_pct(prober, costs)
     for load in loads:
         scaled = trace.at_load(load)
-        real = replay(engine, scaled, lambda rid: tick(f"load {load:g}: {rid} finished"))
+        steps: list[StepRecord] = []
+        real = replay(engine, scaled, lambda rid: tick(f"load {load:g}: {rid} finished"), steps)
         simulated = simulate_trace(scaled, spec, config, dtype, profile, limits, engine.device)
         real_m, sim_m = metrics(real), metrics(simulated)
         levels.append({"load": load, "requests": len(scaled), "real": real_m, "simulated": sim_m,
-                       "errors_pct": errors_pct(sim_m, real_m),
+                       "errors_pct": errors_pct(sim_m, real_m), **replay_step_diagnostics(steps, costs),
                        "per_request": {"real_e2e_s": (real["finish_s"] - real["arrival_s"]).round(6).tolist(),
                                        "simulated_e2e_s": (simulated["finish_s"] - simulated["arrival_s"]).round(6).tolist(),
                                        "real_ttft_s": (real["first_token_s"] - real["arrival_s"]).round(6).tolist(),
@@ -147,16 +149,36 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
             "limits": limits.__dict__, "engine_drift_pct": drift, "levels": levels, "max_abs_error_pct": worst}
 
 
+def replay_step_diagnostics(steps: list[StepRecord], costs: ModelCosts) -> dict:
+    """How the replay's own steps compare with the profile: their time over the profile's prices of the same
+    compositions (+: the engine ran slower than calibrated), and the share of their time the engine's thread
+    was off the CPU (other processes had it). Diagnostics of the machine's noise, not corrections."""
+    from calibrate.vllm_calibrate import predicted_step_s
+
+    wall_s = sum(step.wall_s for step in steps)
+    priced_s = sum(predicted_step_s(costs, step_sample(step)) for step in steps)
+    cpu_s = sum(step.cpu_s for step in steps)
+    return {"steps_vs_profile_pct": round(100 * (wall_s / priced_s - 1), 2) if priced_s else None,
+            "steps_off_cpu_pct": round(100 * (1 - cpu_s / wall_s), 2) if wall_s else None}
+
+
+def step_sample(step: StepRecord) -> dict:
+    """A step's composition as ``predicted_step_s`` reads it."""
+    return {"batch": len(step.decode_contexts), "context_tokens": float(sum(step.decode_contexts)),
+            "prefills": [list(p) for p in step.prefills]}
+
+
 def engine_drift_pct(prober: Prober, costs: ModelCosts) -> float:
     """How much slower (+) or faster (-) this engine runs now than the profile prices the same steps: a few
     decode and prefill probes, before the replay. A diagnostic of the machine's noise, not a correction."""
     from calibrate.vllm_calibrate import predicted_step_s
-    from calibrate.vllm_probes import summarise
+    from calibrate.vllm_probes import ProbePlan, summarise
 
     prober.steps.clear()
-    for batch in (2, 8):
-        prober.decode(batch, 256, 6)
-    prober.prefill(512)
+    sweep = ProbePlan(decode_batches=(2, 8), decode_contexts=(256,), decode_steps=6, prefill_prompts=(), mixed=(),
+                      passes=1)
+    prober.steps.extend(("drift decode", step) for step in prober.decode_sweep(sweep, 256))
+    prober.prefill(500)
     samples = summarise(prober.steps)
     prober.steps.clear()
     real = sum(s["wall_s"] for s in samples)

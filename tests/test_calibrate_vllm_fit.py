@@ -1,13 +1,16 @@
 """The engine-step fit (``calibrate.vllm_fit``) on synthetic steps made from known coefficients: it must give
-them back, and the probe summary must classify and group steps as the scheduler composed them. No vLLM needed."""
+them back, price noisy steps at their mean, and the probe summary must classify and group steps as the
+scheduler composed them; the probe plan's sizes, by hand. No vLLM needed."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from calibrate.vllm_engine import StepRecord
-from calibrate.vllm_fit import fit_engine_samples, quadratic
-from calibrate.vllm_probes import kind_of, summarise
+from calibrate.fit import relative_nnls
+from calibrate.vllm_engine import EngineLimits, StepRecord
+from calibrate.vllm_fit import fit_engine_samples, mean_relative_nnls, quadratic
+from calibrate.vllm_probes import QUICK, kind_of, plan_for, summarise, sweep_output_tokens
 
 LAYERS = 4
 OVERHEAD = (5e-4, 2e-5)  # fixed, per sequence
@@ -55,12 +58,62 @@ def test_a_decode_step_is_told_apart_from_prefill_and_mixed():
     assert kind_of(StepRecord(1.0, 1.0, 1.0, [10], [(5, 0)])) == "mixed"
 
 
-def test_summary_drops_the_first_decode_steps_of_each_probe_and_takes_medians():
+def test_summary_drops_the_first_decode_steps_of_each_probe_and_takes_means():
     samples = summarise(steps())
     decode = [s for s in samples if s["kind"] == "decode"]
     assert len(decode) == 9 and all(s["steps"] == 4 for s in decode)  # 6 steps, 2 warm-up steps left out
     first = next(s for s in decode if s["probe"] == "decode B=4 ctx=64")
     assert first["context_tokens"] == pytest.approx(4 * (64 + 3.5))  # contexts 66..69, their mean
+    # One step of four taken three times as long (another process had the core): a latency pays it, so the
+    # sample does too: (10 + 10 + 10 + 30) / 4 ms, where the median said 10 ms.
+    walls = [0.010, 0.010, 0.010, 0.010, 0.010, 0.030]
+    noisy = summarise([("decode B=1 ctx=64", StepRecord(w, w, w, [64 + i], [])) for i, w in enumerate(walls)])
+    assert noisy[0]["wall_s"] == pytest.approx(0.015) and noisy[0]["wall_max_s"] == 0.030
+
+
+def test_the_fit_prices_noisy_steps_at_their_mean():
+    # A constant cost sampled as 1, 1, 1 and 2 s: weighting rows by 1/sample minimises sum((c - y)/y)^2, so
+    # c = sum(1/y) / sum(1/y^2) = 3.5 / 3.25 s, 14% below the mean the samples' sum is made of.
+    ones, times = [[1.0] * 4], [1.0, 1.0, 1.0, 2.0]
+    assert relative_nnls(ones, times)[0] == pytest.approx(3.5 / 3.25)
+    assert mean_relative_nnls(ones, times)[0] == pytest.approx([1.25])  # too few samples to call 2 s an outlier
+    # A line a + b x under relative noise of +-30%, each x sampled once high and once low: its mean is the
+    # line itself, and the fit gives the line back; the 1/sample weighting scales it by
+    # (1.3 + 0.7) * 1.3 * 0.7 / (1.3^2 + 0.7^2) = 0.835, the constant case's formula at each x.
+    x = np.repeat(np.arange(1.0, 17.0), 2)
+    line = 2e-3 + 5e-4 * x
+    noisy = line * np.tile([1.3, 0.7], 16)
+    columns = [[1.0] * len(x), list(x)]
+    fitted, kept = mean_relative_nnls(columns, list(noisy))
+    assert fitted == pytest.approx([2e-3, 5e-4], rel=1e-6) and kept.all()
+    low = relative_nnls(columns, list(noisy))
+    assert np.column_stack(columns) @ low == pytest.approx(line * 2.0 * 1.3 * 0.7 / (1.3**2 + 0.7**2), rel=1e-6)
+
+
+def test_a_probe_caught_in_another_jobs_burst_is_left_out():
+    # 21 samples of a line scattered by up to +-5%, and one taken twice as long: 3 robust standard deviations
+    # of the residuals are about 15%, so the slow one is left out and the line comes back as if it were not
+    # there.
+    x = np.arange(1.0, 22.0)
+    times = (1e-2 + 1e-3 * x) * (1 + 0.05 * np.sin(3 * x))
+    times[7] *= 2
+    fitted, kept = mean_relative_nnls([[1.0] * len(x), list(x)], list(times))
+    assert list(np.flatnonzero(~kept)) == [7]
+    clean = np.delete(np.arange(len(x)), 7)
+    assert fitted == pytest.approx(mean_relative_nnls([[1.0] * 20, list(x[clean])], list(times[clean]))[0], rel=1e-9)
+    assert fitted == pytest.approx([1e-2, 1e-3], rel=0.02)
+
+
+def test_a_decode_sweep_outlasts_its_prefills_and_every_phase():
+    plan = plan_for(True, EngineLimits(max_num_seqs=16, max_num_batched_tokens=2048, max_model_len=1024))
+    assert plan.decode_batches == tuple(range(1, 17)) and QUICK.decode_steps == 10
+    # 16 prompts of 1536 tokens through a 2048-token budget less one token per decoding request: at most
+    # ceil(24576 / 2032) = 13 steps of prefill, then 16 phases of 10 + 2 decode steps; the token of the
+    # prefill step itself and one to spare.
+    assert sweep_output_tokens(plan, 1536, 2048) == 13 + 16 * 12 + 2
+    # 512 + ceil(8192 / 2032) + 2 + 192 = 711 tokens fit a 1024-token model length; 1536 + ... does not
+    assert plan.decode_contexts == (64, 512)
+    assert max(plan.prefill_prompts) == 1000 and all(p < 1023 for _, p in plan.mixed)
 
 
 def test_the_fit_gives_back_the_coefficients_it_was_made_from():

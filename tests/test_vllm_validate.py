@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from calibrate.vllm_engine import TINY_QWEN2
+from calibrate.vllm_probes import QUICK
 from sim.cli import main
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -66,6 +67,14 @@ def test_a_small_real_validation_is_within_bounds(tmp_path):
     assert entry["step_overhead"]["source"] == "measured" and data["validation"]["vllm_fit:tiny-qwen2"]["raw_steps"]
     fit = data["validation"]["vllm_fit:tiny-qwen2"]["whole_step_errors"]
     assert abs(fit["decode"]["mean_pct"]) < 15 and abs(fit["prefill"]["mean_pct"]) < 15
+    # The engine's own scheduler output says what each step held: every sweep measured every batch size
+    # 1-16 as a whole batch, for the plan's decode steps (the warm-up steps of each size left out).
+    sweeps: dict[str, dict[int, int]] = {}
+    for sample in entry["gpu"]["samples"]:
+        if sample["kind"] == "decode" and sample["probe"].startswith("decode ctx="):
+            sweeps.setdefault(sample["probe"], {})[sample["batch"]] = sample["steps"]
+    assert len(sweeps) == len(QUICK.decode_contexts) * QUICK.passes
+    assert all(sizes == {b: QUICK.decode_steps for b in range(1, 17)} for sizes in sweeps.values()), sweeps
 
     rng = np.random.default_rng(5)
     requests = 30
