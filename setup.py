@@ -26,11 +26,23 @@ COMPILED_MODULES = [
     "sim/engine/gpu.py",
     "sim/engine/instance.py",
     "sim/engine/kv.py",
+    "sim/engine/prefix.py",
     "sim/engine/recorder.py",
     "sim/engine/request.py",
     "sim/engine/residency.py",
+    "sim/engine/routing.py",
     "sim/engine/step.py",
     "sim/engine/transfers.py",
+    # The built-in policies' hooks run for every request: compiled with the engine, they cost what its own code
+    # does. Their classes allow interpreted subclasses, so a user's policy may still extend any of them.
+    "sim/policies/base.py",
+    "sim/policies/fcfs_swap.py",
+    "sim/policies/offload_aware.py",
+    "sim/policies/slo_aware.py",
+    "sim/policies/static.py",
+    "sim/policies/swap_aware.py",
+    "sim/policies/time_slice.py",
+    "sim/policies/view.py",
 ]
 BUILD_COMMANDS = {"build", "build_ext", "bdist_wheel", "install"}
 """Only these need the extensions; metadata steps (egg_info, dist_info) skip compiling."""

@@ -3,8 +3,8 @@
 A 16-GPU (2 nodes x 8 H100), 8-model scenario under the ``static`` policy with
 continuous batching and KV-pressure preemption. Prints simulated requests per
 wall-second for both modes on the same requests, their ratio, and peak RSS.
-Each mode runs in its own process, pinned to one CPU core, so that peak RSS
-is that mode's own and the speed is one core's.
+Each mode runs in its own process, pinned to one CPU core (the idlest), so that
+peak RSS is that mode's own and the speed is one core's.
 
 The figures depend on the engine build: ``pip install .`` compiles the engine
 with mypyc, ``pip install -e .`` (or ``MMSIM_PURE_PYTHON=1``) leaves it pure
@@ -24,6 +24,7 @@ import resource
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one core: no BLAS threads spinning beside the run
 
 import numpy as np  # noqa: E402 - after the thread setting, which numpy reads on import
+from peers import idlest_core  # noqa: E402 - beside this script
 
 MODELS = ["qwen2.5-3b", "qwen2.5-7b", "qwen3-8b", "llama-3-8b", "mistral-7b", "llama-2-7b", "qwen2.5-14b", "llama-2-13b"]
 
@@ -65,7 +66,7 @@ def measure(mode: str, n: int, rate: float, repeat: int, queue) -> None:
     """Run ``repeat`` times in this process and report the fastest (as timeit does: the others met noise)."""
     from sim.simulation import simulate
 
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+    os.sched_setaffinity(0, {idlest_core()})
     result = None
     for _ in range(repeat):  # one result held at a time, so that peak RSS is one run's
         candidate = simulate(scenario(rate), mode=mode, chunks=chunks(n, rate))
@@ -77,7 +78,7 @@ def measure(mode: str, n: int, rate: float, repeat: int, queue) -> None:
                "requests_per_wall_s": n / s["sim_wall_seconds"], "simulated_s": s["simulated_seconds"],
                "preemptions": s["preemptions"], "completed": s["requests_completed"],
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-               "finish": result.requests["finish_s"].to_numpy()})
+               "finish": result.tables.requests.column("finish_s")})
 
 
 def engine_build() -> str:

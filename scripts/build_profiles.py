@@ -185,6 +185,8 @@ def paper_profile(platform: str, ref: dict) -> dict:
                     "model": CPU_5995WX["model"], "cores": CPU_5995WX["cores"], "ram_bytes": 512 * GIB,
                     "memory_bandwidth_bytes_per_s": CPU_5995WX["bandwidth"], "flops_per_s": CPU_5995WX["flops"]},
             "software": {"framework": "PyTorch / Hugging Face (preemption), Ollama v0.17.7 (offload)"},
+            "interconnect": {"source": "estimated", "kind": "pcie", "bandwidth_bytes_per_s": 2.0e10, "latency_s": 1.5e-5,
+                             "note": "workstation GPUs without NVLink: PCIe 4.0 x16 peer traffic (nccl-tests bus bandwidth)"},
         },
         "link": {"host_to_device": h2d, "device_to_host": d2h},
         "weights": {"from_disk": disk, "from_host": host, "unload": unload},
@@ -197,11 +199,11 @@ def paper_profile(platform: str, ref: dict) -> dict:
 
 DATACENTER = {
     "a100-80gb": {"gpu": "NVIDIA A100-SXM4-80GB", "mem_gib": 80, "bw": 2.039e12, "flops": 312e12, "pcie": 4,
-                  "nvme": 7e9, "h2d": 25e9, "mig": {"1g.10gb": (1 / 7, 10), "2g.20gb": (2 / 7, 20), "3g.40gb": (3 / 7, 40), "7g.80gb": (1.0, 80)}},
+                  "nvme": 7e9, "h2d": 25e9, "nvlink_busbw": 230e9, "ib": 25e9, "mig": {"1g.10gb": (1 / 7, 10), "2g.20gb": (2 / 7, 20), "3g.40gb": (3 / 7, 40), "7g.80gb": (1.0, 80)}},
     "h100-sxm": {"gpu": "NVIDIA H100 80GB HBM3", "mem_gib": 80, "bw": 3.35e12, "flops": 989e12, "pcie": 5,
-                 "nvme": 12e9, "h2d": 50e9, "mig": {"1g.10gb": (1 / 7, 10), "2g.20gb": (2 / 7, 20), "3g.40gb": (3 / 7, 40), "7g.80gb": (1.0, 80)}},
+                 "nvme": 12e9, "h2d": 50e9, "nvlink_busbw": 360e9, "ib": 50e9, "mig": {"1g.10gb": (1 / 7, 10), "2g.20gb": (2 / 7, 20), "3g.40gb": (3 / 7, 40), "7g.80gb": (1.0, 80)}},
     "h200": {"gpu": "NVIDIA H200", "mem_gib": 141, "bw": 4.8e12, "flops": 989e12, "pcie": 5,
-             "nvme": 12e9, "h2d": 50e9, "mig": {"1g.18gb": (1 / 7, 18), "2g.35gb": (2 / 7, 35), "3g.71gb": (3 / 7, 71), "7g.141gb": (1.0, 141)}},
+             "nvme": 12e9, "h2d": 50e9, "nvlink_busbw": 360e9, "ib": 50e9, "mig": {"1g.18gb": (1 / 7, 18), "2g.35gb": (2 / 7, 35), "3g.71gb": (3 / 7, 71), "7g.141gb": (1.0, 141)}},
 }
 MEMORY_EFFICIENCY, COMPUTE_EFFICIENCY = 0.8, 0.6
 DATACENTER_STEP_OVERHEAD = {"fixed_s": 1.0e-3, "per_seq_s": 1.0e-5}
@@ -237,6 +239,11 @@ def datacenter_profile(name: str, d: dict) -> dict:
             "cpu": {"source": "estimated", "note": "dual-socket server CPU, 12-channel DDR5 at ~60% of peak",
                     "model": "generic dual-socket x86 server", "cores": 128, "ram_bytes": 2048 * GIB,
                     "memory_bandwidth_bytes_per_s": 4.0e11, "flops_per_s": 8.0e12},
+            "interconnect": {"source": "estimated", "kind": "nvlink", "bandwidth_bytes_per_s": d["nvlink_busbw"],
+                             "latency_s": 1.0e-5, "note": f"NVSwitch all-reduce bus bandwidth ~{d['nvlink_busbw'] / GB:.0f} "
+                                                          "GB/s (nccl-tests scale on an 8-GPU node); 10 us for a small message"},
+            "network": {"source": "estimated", "kind": "infiniband", "bandwidth_bytes_per_s": d["ib"], "latency_s": 5.0e-6,
+                        "note": f"one {d['ib'] * 8 / GB:.0f} Gb/s InfiniBand NIC per GPU"},
         },
         "link": {"host_to_device": transfer(d["h2d"]), "device_to_host": transfer(d["h2d"] * 0.9)},
         "step_overhead": {"source": "estimated", **DATACENTER_STEP_OVERHEAD,

@@ -29,7 +29,8 @@ from sim.errors import MmsimError
 BITS_PER_WEIGHT = {"fp32": 32.0, "fp16": 16.0, "bf16": 16.0, "fp8": 8.0, "int8": 8.0, "int4": 4.5, "q4": 4.5}
 """Effective storage bits per weight; 4-bit formats carry ~0.5 bit of scales (GGUF Q4_K, AWQ)."""
 
-KV_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8}
+KV_BITS = {"fp32": 32.0, "fp16": 16.0, "bf16": 16.0, "fp8": 8.0, "int8": 8.0, "fp4": 4.5}
+"""Storage bits per cached K or V value; NVFP4 adds an 8-bit scale per block of 16 values."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, kv_dtype: str = "fp16") -> int:
         """Bytes of K and V cached per token across all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_bits(kv_dtype) // 8
+        return int(2 * self.num_layers * self.num_kv_heads * self.head_dim * kv_bits(kv_dtype)) // 8
 
     def kv_bytes_per_token_per_layer(self, kv_dtype: str = "fp16") -> int:
         return self.kv_bytes_per_token(kv_dtype) // self.num_layers
@@ -138,7 +139,7 @@ def bits_per_weight(dtype: str) -> float:
         raise MmsimError(f"unknown dtype {dtype!r}; expected one of {', '.join(BITS_PER_WEIGHT)}") from None
 
 
-def kv_bits(kv_dtype: str) -> int:
+def kv_bits(kv_dtype: str) -> float:
     try:
         return KV_BITS[kv_dtype]
     except KeyError:

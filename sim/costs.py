@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim import profile as prof
-from sim.catalogue import ModelSpec, default_kv_dtype
+from sim.catalogue import ModelSpec, default_kv_dtype, kv_bits
 
 GIB = 2**30
 ROOFLINE_NOTE = "roofline estimate from the profile's GPU/CPU bandwidth and FLOP/s"
@@ -149,9 +149,11 @@ def _cpu_figures(profile: prof.Profile) -> tuple[float, float]:
 
 
 class ModelCosts:
-    """Timing of one model (at one dtype) on one profile's hardware."""
+    """Timing of one model (at one dtype) on one profile's hardware, on one GPU or split tensor- and
+    pipeline-parallel over ``tensor_parallel`` x ``pipeline_parallel`` GPUs (see docs/parallel.md)."""
 
-    def __init__(self, profile: prof.Profile, spec: ModelSpec, dtype: str = "fp16"):
+    def __init__(self, profile: prof.Profile, spec: ModelSpec, dtype: str = "fp16", kv_dtype: str | None = None,
+                 tensor_parallel: int = 1, pipeline_parallel: int = 1, stages_cross_nodes: bool = False):
         self.profile = profile
         self.spec = spec
         self.dtype = dtype
@@ -201,9 +203,49 @@ class ModelCosts:
         self._prefill_fixed: dict[int, float] = {}
         # The figures every step reads, copied out of the profile's models once (native fields when compiled).
         self._layers: int = spec.num_layers
-        self._kv_bytes_per_token: int = spec.kv_bytes_per_token(default_kv_dtype(dtype))
+        self.kv_dtype = kv_dtype or default_kv_dtype(dtype)
+        self._kv_bytes_per_token: int = spec.kv_bytes_per_token(self.kv_dtype)
+        self._init_parallel(profile, spec, dtype, tensor_parallel, pipeline_parallel, stages_cross_nodes)
         self._gpu_prefill = _PrefillLayer(self.gpu)
         self._cpu_prefill = _PrefillLayer(self.cpu)
+
+    def _init_parallel(self, profile: prof.Profile, spec: ModelSpec, dtype: str, tensor_parallel: int,
+                       pipeline_parallel: int, stages_cross_nodes: bool) -> None:
+        self._tp: int = tensor_parallel
+        self._pp: int = pipeline_parallel
+        # A decode step reads each context token's KV: scaled by the KV dtype against the one the layer costs
+        # were measured or estimated at, and by the share of KV heads a tensor-parallel rank keeps.
+        heads = -(-spec.num_kv_heads // tensor_parallel)
+        self._kv_read_share: float = (kv_bits(self.kv_dtype) / kv_bits(default_kv_dtype(dtype))) * heads / spec.num_kv_heads
+        self._launch_s: float = profile.gpu_launch_overhead_s
+        hardware = profile.hardware
+        self._interconnect = hardware.interconnect or prof.DEFAULT_INTERCONNECT
+        self._stage_link = (hardware.network or prof.DEFAULT_NETWORK) if stages_cross_nodes else self._interconnect
+        self._activation_bytes_per_token: int = 2 * spec.hidden_size  # fp16/bf16 hidden states
+
+    def _split(self, seconds: float) -> float:
+        """One tensor-parallel rank's time for a GPU layer's (or the head's) work: the matrix work is divided
+        among the ranks; the fixed launch cost is every rank's."""
+        if self._tp == 1:
+            return seconds
+        launch = min(seconds, self._launch_s)
+        return launch + (seconds - launch) / self._tp
+
+    def parallel_comm_s(self, tokens: int) -> float:
+        """Communication of one step over ``tokens`` tokens: two ring all-reduces of their activations per layer
+        across the tensor-parallel ranks (after attention and after the MLP), and one hand-off between each
+        pair of consecutive pipeline stages."""
+        if self._tp == 1 and self._pp == 1:
+            return 0.0
+        activation_bytes = tokens * self._activation_bytes_per_token
+        seconds = 0.0
+        if self._tp > 1:
+            link, tp = self._interconnect, self._tp
+            seconds += 2 * self._layers * (link.latency_s + 2 * (tp - 1) / tp * activation_bytes / link.bandwidth_bytes_per_s)
+        if self._pp > 1:
+            stage = self._stage_link
+            seconds += (self._pp - 1) * (stage.latency_s + activation_bytes / stage.bandwidth_bytes_per_s)
+        return seconds
 
     # -- sizes ---------------------------------------------------------------------------------
     @property
@@ -243,8 +285,9 @@ class ModelCosts:
         else:
             factor, boundary = 1.0, (self.boundary_s if 0 < n_gpu < self._layers else 0.0)
         (g_base, g_context), (c_base, c_context) = self.gpu_decode, self.cpu_decode
-        base = (n_gpu * g_base.at(batch) + n_cpu * c_base.at(batch) + boundary + self._head_s(n_gpu > 0, batch))
-        per_context = n_gpu * g_context.at(batch) + n_cpu * c_context.at(batch)
+        base = (n_gpu * self._split(g_base.at(batch)) + n_cpu * c_base.at(batch) + boundary
+                + self._head_s(n_gpu > 0, batch) + self.parallel_comm_s(batch))
+        per_context = (n_gpu * g_context.at(batch) + n_cpu * c_context.at(batch)) * self._kv_read_share
         # The engine's CPU overhead does not move with the layers: the offload curve does not scale it.
         result = StepCoefficients(base * factor + self._overhead_s(batch), per_context * factor)
         self._coefficients[key] = result
@@ -252,7 +295,7 @@ class ModelCosts:
 
     def _head_s(self, on_gpu: bool, batch: int) -> float:
         """LM head + sampling for one step of ``batch`` sequences, on the GPU or (all layers offloaded) the CPU."""
-        return self.head_gpu.at(batch) if on_gpu else self.head_cpu.at(batch)
+        return self._split(self.head_gpu.at(batch)) if on_gpu else self.head_cpu.at(batch)
 
     def _overhead_s(self, sequences: int) -> float:
         """The serving engine's CPU time for one step holding ``sequences`` sequences, outside the forward pass."""
@@ -275,8 +318,8 @@ class ModelCosts:
         fixed = self._prefill_fixed.get(key)
         if fixed is None:
             fixed = self._prefill_fixed[key] = self._head_s(n_gpu > 0, sequences) + self._overhead_s(sequences)
-        return (n_gpu * self._gpu_prefill.seconds(tokens, quadratic) + n_cpu * self._cpu_prefill.seconds(tokens, quadratic)
-                + boundary + fixed)
+        return (n_gpu * self._split(self._gpu_prefill.seconds(tokens, quadratic))
+                + n_cpu * self._cpu_prefill.seconds(tokens, quadratic) + boundary + fixed + self.parallel_comm_s(tokens))
 
     def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,
                      prefills: int, gpu_share: float = 1.0) -> float:

@@ -103,10 +103,27 @@ class CpuInfo(Sourced):
     flops_per_s: float | None = Field(default=None, gt=0)
 
 
+class Interconnect(Sourced):
+    """A collective's link: ``latency_s + bytes / bandwidth_bytes_per_s``, with ``bandwidth_bytes_per_s`` the
+    bus bandwidth nccl-tests reports (so a ring all-reduce of n ranks moves 2(n-1)/n of the bytes at it)."""
+
+    kind: str = "pcie"
+    bandwidth_bytes_per_s: float = Field(gt=0, le=1e15)
+    latency_s: float = Field(ge=0, le=1.0)
+
+
+DEFAULT_INTERCONNECT = Interconnect(source="estimated", kind="pcie", bandwidth_bytes_per_s=2.0e10, latency_s=1.5e-5,
+                                    note="PCIe 4.0 x16 peer traffic, when a profile names no interconnect")
+DEFAULT_NETWORK = Interconnect(source="estimated", kind="ethernet", bandwidth_bytes_per_s=1.25e10, latency_s=2.0e-5,
+                               note="100 Gb/s between nodes, when a profile names no network")
+
+
 class Hardware(Strict):
     gpu: GpuInfo
     cpu: CpuInfo
     software: dict[str, str] = Field(default_factory=dict)
+    interconnect: Interconnect | None = Field(default=None, description="between the GPUs of a node (tensor parallelism)")
+    network: Interconnect | None = Field(default=None, description="between nodes (pipeline stages on other nodes)")
 
 
 class TransferFit(Sourced):

@@ -1,4 +1,10 @@
-"""Run results: the summary figures and the files a run writes (atomically)."""
+"""Run results: the run's tables, the summary figures, and the files a run writes (atomically).
+
+The tables are built from the recorder's typed arrays without pandas: the summary is computed with numpy
+and the Parquet files are written with pyarrow straight from those columns, a row group at a time, so a
+run of ten million requests never holds more than one row group's worth of derived columns. pandas frames
+(``RunResult.requests`` and friends, for the Python API) are built only when asked for.
+"""
 
 from __future__ import annotations
 
@@ -6,79 +12,386 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
-import pandas as pd
 
 from sim.engine import build as engine_build
+from sim.engine.recorder import DROP_REASONS, EVENT_COLUMNS, LOST_COLUMNS, Recorder
 from sim.engine.request import LOSS_CAUSES
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+REQUEST_COLUMNS = ("id", "model", "status", "drop_reason", "arrival_s", "queue_s", "first_scheduled_s", "first_token_s",
+                   "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "cached_prompt_tokens", "output_tokens",
+                   "generated_tokens", "preemptions", *LOST_COLUMNS, "gpu")
+"""requests.parquet's columns, in order."""
+CODED_COLUMNS = ("model", "drop_reason")
+"""Columns kept as codes into a list of names (categoricals in pandas, dictionaries in Parquet)."""
+DERIVED_FROM = {"queue_s": "first_scheduled_s", "ttft_s": "first_token_s", "e2e_s": "finish_s"}
+"""Latencies measured from arrival: each is this column minus ``arrival_s``."""
+ARROW_TYPES = {"i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "f8": "float64"}
+"""numpy dtype (size and kind) -> Arrow type, for the columns a run writes."""
+ROW_GROUP_ROWS = 1 << 18
+"""Requests per Parquet row group: the most rows whose derived columns exist at once while writing."""
 
 
-def percentiles(values: pd.Series) -> dict:
-    data = values.dropna().to_numpy()
+class RequestTable:
+    """A run's requests in id order, as requests.parquet holds them, computed one column at a time from the
+    recorder's arrays (which stay the only full copy of the data)."""
+
+    def __init__(self, recorder: Recorder):
+        self.model_names = list(recorder.model_names)
+        self._raw = recorder.request_columns()
+        self._lost_rows, self._lost_values = recorder.lost_seconds()
+        self._order = _id_order(self._raw["id"])
+        self._lost_positions: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def names(self, column: str) -> list[str]:
+        """The names a coded column's codes index."""
+        return self.model_names if column == "model" else list(DROP_REASONS)
+
+    def column(self, name: str, rows: slice = slice(None)) -> np.ndarray:
+        """Column ``name`` for the requests at positions ``rows`` of the id order (codes for CODED_COLUMNS)."""
+        if name == "status":
+            return np.where(self.column("drop_reason", rows) == 0, "completed", "dropped")
+        if name in DERIVED_FROM:
+            values = self.column(DERIVED_FROM[name], rows)
+            values -= self.column("arrival_s", rows)  # in place: one full column less at a time (10M rows: 80 MB)
+            return values
+        if name == "tpot_s":
+            # As vLLM's benchmark: TPOT is over the tokens after the first, so a one-token output has none (NaN,
+            # left out of TPOT statistics rather than counted as 0).
+            output = self.column("output_tokens", rows)
+            decode_tokens = np.where(output > 1, output - 1, np.nan)
+            del output
+            values = self.column("finish_s", rows)
+            values -= self.column("first_token_s", rows)
+            values /= decode_tokens
+            return values
+        if name in LOST_COLUMNS:
+            return self._lost(LOST_COLUMNS.index(name), rows)
+        values = self._raw[name][self._order[rows]]
+        if name in CODED_COLUMNS:
+            return values
+        return values.astype(np.float64 if values.dtype.kind == "f" else np.int64, copy=False)  # as the files hold them
+
+    def _lost(self, cause: int, rows: slice) -> np.ndarray:
+        """Seconds lost to one cause: zero but for the few requests the recorder kept losses for."""
+        if self._lost_positions is None:
+            rank = np.empty(len(self._order), np.int64)
+            rank[self._order] = np.arange(len(self._order))
+            self._lost_positions = rank[self._lost_rows]
+        start, stop, _ = rows.indices(len(self._order))
+        dense = np.zeros(stop - start, np.float64)
+        inside = (self._lost_positions >= start) & (self._lost_positions < stop)
+        dense[self._lost_positions[inside] - start] = self._lost_values[inside, cause]
+        return dense
+
+    def slices(self) -> Iterator[slice]:
+        for start in range(0, len(self), ROW_GROUP_ROWS):
+            yield slice(start, start + ROW_GROUP_ROWS)
+
+    def arrow_batch(self, rows: slice = slice(None)) -> pa.RecordBatch:
+        """The requests at ``rows`` as one Arrow record batch with requests.parquet's schema."""
+        import pyarrow as pa
+
+        arrays = []
+        for name in REQUEST_COLUMNS:
+            if name in CODED_COLUMNS:
+                names = self.names(name)
+                codes = self.column(name, rows).astype(_code_type(len(names)), copy=False)
+                arrays.append(pa.DictionaryArray.from_arrays(arrow_numbers(codes), arrow_strings(names, large=False)))
+            elif name == "status":
+                dropped = (self.column("drop_reason", rows) != 0).astype(np.int8)
+                arrays.append(arrow_labels(dropped, ("completed", "dropped")))
+            else:
+                arrays.append(arrow_numbers(self.column(name, rows)))
+        return pa.RecordBatch.from_arrays(arrays, names=list(REQUEST_COLUMNS))
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        data = {}
+        for name in REQUEST_COLUMNS:
+            values = self.column(name)
+            coded = name in CODED_COLUMNS
+            data[name] = pd.Categorical.from_codes(values, categories=self.names(name)) if coded else values
+        return pd.DataFrame(data)
+
+
+def _id_order(ids: np.ndarray) -> np.ndarray:
+    """The rows in id order. Ids numbered 0..n-1 (every stream's) are placed directly, in O(n) and 32 bits a row
+    (each column is gathered through this once per use); other ids are sorted."""
+    count = len(ids)
+    index_type = np.int32 if count < 2**31 else np.int64
+    if count and ids.min() == 0 and ids.max() == count - 1:
+        seen = np.zeros(count, bool)
+        seen[ids] = True
+        if seen.all():
+            order = np.empty(count, index_type)
+            order[ids] = np.arange(count, dtype=index_type)
+            return order
+    return np.argsort(ids, kind="stable").astype(index_type)
+
+
+def _code_type(categories: int) -> type:
+    """The narrowest signed integer type for codes into ``categories`` names (as pandas picks for categoricals)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if categories < np.iinfo(dtype).max:
+            return dtype
+    return np.int64
+
+
+class ColumnTable:
+    """A run's events or samples as numpy columns, typed as their Parquet files hold them when read; a text column
+    is kept as codes into the list of its distinct texts."""
+
+    def __init__(self, columns: dict[str, np.ndarray], texts: dict[str, list[str]]):
+        self._columns, self.texts = columns, texts
+
+    def __len__(self) -> int:
+        return len(next(iter(self._columns.values())))
+
+    def column(self, name: str, rows: slice = slice(None)) -> np.ndarray:
+        """Column ``name`` at ``rows`` (codes for a text column), numbers as int64 or float64."""
+        values = self._columns[name][rows]
+        if name in self.texts:
+            return values
+        return values.astype(np.float64 if values.dtype.kind == "f" else np.int64)
+
+    def text(self, name: str, rows: slice = slice(None)) -> np.ndarray:
+        return np.array(self.texts[name], dtype=object)[self._columns[name][rows]]
+
+    def slices(self) -> Iterator[slice]:
+        for start in range(0, len(self), ROW_GROUP_ROWS):
+            yield slice(start, start + ROW_GROUP_ROWS)
+
+    def arrow_batch(self, rows: slice = slice(None)) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        arrays = [arrow_labels(self.column(name, rows), tuple(self.texts[name])) if name in self.texts
+                  else arrow_numbers(self.column(name, rows)) for name in self._columns]
+        return pa.RecordBatch.from_arrays(arrays, names=list(self._columns))
+
+    def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        return pd.DataFrame({name: pd.Series(self.text(name), dtype="str") if name in self.texts else self.column(name)
+                             for name in self._columns})
+
+
+def event_table(recorder: Recorder) -> ColumnTable:
+    """The event log: its row tuples, column by column."""
+    values = list(zip(*recorder.events)) if recorder.events else [()] * len(EVENT_COLUMNS)
+    columns, texts = {}, {}
+    for name, column in zip(EVENT_COLUMNS, values):
+        if name in ("kind", "model", "detail"):
+            texts[name] = sorted(set(column))
+            codes = {text: code for code, text in enumerate(texts[name])}
+            columns[name] = np.array([codes[text] for text in column], np.int64)
+        else:
+            columns[name] = np.array(column, np.float64 if name.endswith("_s") else np.int64)
+    return ColumnTable(columns, texts)
+
+
+def sample_table(recorder: Recorder) -> ColumnTable:
+    """The periodic samples: views of the recorder's arrays."""
+    return ColumnTable(recorder.sample_columns(), {"model": list(recorder.sample_names)})
+
+
+# -- Arrow arrays from numpy, built from their buffers: ``pa.array`` imports pandas to inspect its argument, which
+# would cost every run half a second of start-up.
+def arrow_numbers(values: np.ndarray) -> pa.Array:
+    """A numeric column as an Arrow array over the same memory; NaN becomes null, as pandas writes it."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    arrow_type = getattr(pa, ARROW_TYPES[values.dtype.str[1:]])()
+    validity, missing = None, 0
+    if values.dtype.kind == "f":
+        absent = np.isnan(values)
+        missing = int(absent.sum())
+        if missing:
+            validity = pa.py_buffer(np.packbits(~absent, bitorder="little"))
+    return pa.Array.from_buffers(arrow_type, len(values), [validity, pa.py_buffer(values)], null_count=missing)
+
+
+def arrow_strings(texts: list[str], large: bool = True) -> pa.Array:
+    """A text column (``large_string``, as pandas writes text, or ``string``) from Python strings."""
+    import pyarrow as pa
+
+    encoded = [text.encode() for text in texts]
+    offsets = np.zeros(len(encoded) + 1, np.int64 if large else np.int32)
+    np.cumsum([len(data) for data in encoded], out=offsets[1:])
+    kind = pa.LargeStringArray if large else pa.StringArray
+    return kind.from_buffers(len(encoded), pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded)))
+
+
+def arrow_labels(codes: np.ndarray, labels: tuple[str, ...]) -> pa.Array:
+    """A ``large_string`` column whose row i is ``labels[codes[i]]``, built without a Python string per row."""
+    import pyarrow as pa
+
+    encoded = [label.encode() for label in labels]
+    width = max((len(data) for data in encoded), default=0)
+    table = np.zeros((len(labels), width), np.uint8)
+    for k, data in enumerate(encoded):
+        table[k, :len(data)] = np.frombuffer(data, np.uint8)
+    lengths = np.array([len(data) for data in encoded], np.int64)[codes]
+    offsets = np.zeros(len(codes) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    text = table[codes][np.arange(width) < lengths[:, None]]  # each row's bytes, rows in order
+    return pa.LargeStringArray.from_buffers(len(codes), pa.py_buffer(offsets), pa.py_buffer(text))
+
+
+# -- the summary -----------------------------------------------------------------------------------------
+def percentiles(values: np.ndarray) -> dict:
+    """Mean and percentiles of the values that are not NaN; ``values`` is the caller's to discard (reordered)."""
+    missing = np.isnan(values)
+    data = values[~missing] if missing.any() else values
     if data.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
-    p50, p90, p99 = np.percentile(data, [50, 90, 99])
-    return {"mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    mean = float(data.mean())  # before the percentiles reorder the data: a sum's last bits depend on its order
+    p50, p90, p99 = np.percentile(data, [50, 90, 99], overwrite_input=True)
+    return {"mean": mean, "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def slo_met(requests: pd.DataFrame, scenario) -> pd.Series:
+def slo_met(table: RequestTable, completed: np.ndarray, models: np.ndarray, scenario) -> np.ndarray:
     """True for completed requests within every SLO that applies to their model."""
-    met = requests["status"].eq("completed")
-    for model in requests["model"].cat.categories:
-        slo = scenario.slo_for(model)
-        rows = requests["model"].eq(model)
-        for field in ("ttft_s", "tpot_s", "e2e_s"):
-            limit = getattr(slo, field)
-            if limit is not None:
-                # A completed one-token output has no TPOT (NaN): nothing of it can miss a TPOT limit.
-                values = requests[field].fillna(0.0 if field == "tpot_s" else np.inf)
-                met &= ~rows | (values <= limit)
+    met = completed.copy()
+    slos = [scenario.slo_for(model) for model in table.model_names]
+    for field in ("ttft_s", "tpot_s", "e2e_s"):
+        limits = np.array([np.inf if getattr(slo, field) is None else getattr(slo, field) for slo in slos])
+        if np.isinf(limits).all():
+            continue
+        values = table.column(field)
+        # A completed one-token output has no TPOT (NaN): nothing of it can miss a TPOT limit.
+        values[np.isnan(values)] = 0.0 if field == "tpot_s" else np.inf
+        met &= values <= limits[models]  # no limit is an infinite one: even an infinite value is within it
     return met
 
 
-def _rates(requests: pd.DataFrame, met: pd.Series) -> dict:
-    done = requests[requests["status"].eq("completed")]
-    start = float(requests["arrival_s"].min()) if len(requests) else 0.0
-    end = float(done["finish_s"].max()) if len(done) else start
+def _max_s(values: np.ndarray) -> float:
+    """The largest value, NaN left out (as pandas' ``max``); NaN when there is none."""
+    finite = values[~np.isnan(values)]
+    return float(finite.max()) if finite.size else float("nan")
+
+
+def _rates(start: float, end: float, completed: int, tokens: int, met: int) -> dict:
     span = max(end - start, 1e-12)
     return {
-        "throughput_tokens_per_s": float(done["output_tokens"].sum()) / span,
-        "throughput_requests_per_s": len(done) / span,
-        "goodput_requests_per_s": float(met.sum()) / span,
+        "throughput_tokens_per_s": float(tokens) / span,
+        "throughput_requests_per_s": completed / span,
+        "goodput_requests_per_s": float(met) / span,
         "makespan_s": end - start,
     }
 
 
-def summarize(requests: pd.DataFrame, timeseries: pd.DataFrame, scenario, engine, profile, policy: str, seed: int,
-              mode: str, wall_s: float) -> dict:
-    met = slo_met(requests, scenario)
-    completed = requests["status"].eq("completed")
-    summary = {
+def _drop_reasons(codes: np.ndarray) -> dict[str, int]:
+    """Drop reason → count, most frequent first (ties in DROP_REASONS order), over dropped requests' codes."""
+    counts = np.bincount(codes, minlength=len(DROP_REASONS))
+    ranked = sorted(((DROP_REASONS[code], int(count)) for code, count in enumerate(counts) if code),
+                    key=lambda kv: -kv[1])
+    return {reason: count for reason, count in ranked if count}
+
+
+class _Groups:
+    """The whole run and each model's requests (positions in id order), for figures computed one column at a
+    time: ten million requests' columns are 80 MB each, so no more than a few exist at once."""
+
+    def __init__(self, table: RequestTable, completed: np.ndarray):
+        models = table.column("model")
+        self.completed = completed
+        self.models: list[tuple[str, np.ndarray]] = []
+        for code, name in enumerate(table.model_names):
+            rows = np.flatnonzero(models == code)
+            if len(rows):
+                self.models.append((name, rows.astype(np.int32) if len(models) < 2**31 else rows))
+
+    def each(self, values: np.ndarray, completed_only: bool = False):
+        """(None for the whole run, else the model's name; its values), in id order."""
+        yield None, values[self.completed] if completed_only else values
+        for name, rows in self.models:
+            part = values[rows]
+            yield name, part[self.completed[rows]] if completed_only else part
+
+
+def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, scenario, engine, profile, policy: str,
+              seed: int, mode: str, wall_s: float) -> dict:
+    drops = table.column("drop_reason")
+    completed = drops == 0
+    met = slo_met(table, completed, table.column("model"), scenario)
+    groups = _Groups(table, completed)
+    rates = _group_rates(table, groups, met)
+    latencies = {name: dict((group, percentiles(values)) for group, values in groups.each(table.column(name), True))
+                 for name in LATENCIES}
+    preemptions = {group: int(values.sum()) for group, values in groups.each(table.column("preemptions"))}
+    per_model = {}
+    for name, rows in groups.models:
+        done = completed[rows]
+        per_model[name] = {
+            "requests": len(rows), "completed": int(done.sum()), "dropped": int((~done).sum()),
+            "drop_reasons": _drop_reasons(drops[rows][~done]),
+            "max_model_len": engine.max_model_len[engine.model_index[name]] if name in engine.model_index else None,
+            "slo_attainment": float(met[rows].mean()),
+            **rates[name],
+            **{latency: latencies[latency][name] for latency in ("ttft_s", "tpot_s", "e2e_s")},
+            "preemptions": preemptions[name],
+            **_prefix_cache(engine, name),
+        }
+    kinds = events.text("kind")
+    return {
         "scenario": scenario.name, "policy": policy, "seed": seed, "mode": mode, "profile": profile.name,
-        "requests_total": len(requests),
+        "requests_total": len(table),
         "requests_completed": int(completed.sum()),
         "requests_dropped": int((~completed).sum()),
-        "drop_reasons": _drop_reasons(requests),
-        **_rates(requests, met),
-        "slo_attainment": float(met.mean()) if len(requests) else 0.0,
-        **{name: percentiles(requests.loc[completed, name]) for name in LATENCIES},
-        "preemptions": int(requests["preemptions"].sum()),
-        "lost_seconds": {cause: float(requests[f"lost_{cause}_s"].sum()) for cause in LOSS_CAUSES},
+        "drop_reasons": _drop_reasons(drops[~completed]),
+        **rates[None],
+        "slo_attainment": float(met.mean()) if len(table) else 0.0,
+        **{name: latencies[name][None] for name in LATENCIES},
+        "preemptions": preemptions[None],
+        "lost_seconds": {cause: float(table.column(f"lost_{cause}_s").sum()) for cause in LOSS_CAUSES},
         "simulated_seconds": float(engine.env.now),
         "sim_wall_seconds": wall_s,
-        "requests_per_wall_second": len(requests) / wall_s if wall_s > 0 else None,
+        "requests_per_wall_second": len(table) / wall_s if wall_s > 0 else None,
         "engine_build": engine_build(),  # compiled or pure-python: the wall figures depend on it
         "gpu_busy_share": _busy_share(engine),
-        "loads": sum(1 for e in engine.recorder.events if e[1] == "load"),
-        "unloads": sum(1 for e in engine.recorder.events if e[1] == "unload"),
-        "mean_resident_models_per_gpu": _mean_resident(timeseries, engine),
-        "per_model": _per_model(requests, met, engine),
+        "loads": int((kinds == "load").sum()),
+        "unloads": int((kinds == "unload").sum()),
+        "mean_resident_models_per_gpu": _mean_resident(samples, engine),
+        "prefix_cache": _prefix_cache(engine, None),
+        "per_model": per_model,
         "provenance": profile.provenance(),
     }
-    return summary
+
+
+def _prefix_cache(engine, name: str | None) -> dict:
+    """Prompt tokens looked up in prefix caches at every admission, those found, and their share (vLLM's
+    prefix-cache hit rate), for one model or (``name`` None) all; the found ones are prefill tokens saved."""
+    models = range(len(engine.model_names)) if name is None else \
+        ([engine.model_index[name]] if name in engine.model_index else [])
+    queried = sum(engine.prefix_query_tokens[m] for m in models)
+    found = sum(engine.prefix_hit_tokens[m] for m in models)
+    return {"prefix_queried_tokens": queried, "prefix_hit_tokens": found,
+            "prefix_hit_rate": found / queried if queried else 0.0}
+
+
+def _group_rates(table: RequestTable, groups: _Groups, met: np.ndarray) -> dict:
+    """Throughput, goodput and makespan of the run (key None) and of each model."""
+    starts = {group: float(values.min()) if len(values) else 0.0
+              for group, values in groups.each(table.column("arrival_s"))}
+    ends = {group: _max_s(values) if len(values) else starts[group]
+            for group, values in groups.each(table.column("finish_s"), True)}
+    tokens = {group: int(values.sum()) for group, values in groups.each(table.column("output_tokens"), True)}
+    done = {group: int(values.sum()) for group, values in groups.each(groups.completed)}
+    good = {group: int(values.sum()) for group, values in groups.each(met)}
+    return {group: _rates(starts[group], ends[group], done[group], tokens[group], good[group]) for group in starts}
 
 
 def _busy_share(engine) -> float:
@@ -88,42 +401,18 @@ def _busy_share(engine) -> float:
     return float(np.mean([min(1.0, g.busy_s / now) for g in engine.gpus]))
 
 
-def _mean_resident(timeseries: pd.DataFrame, engine) -> float:
+def _mean_resident(samples: ColumnTable, engine) -> float:
     """Models resident per GPU, averaged over the samples (a GPU with none counts as 0)."""
-    rows = timeseries[(timeseries["gpu"] >= 0) & (timeseries["model"] != "")]
-    if rows.empty:
+    resident = (samples.column("gpu") >= 0) & (samples.column("model") != samples.texts["model"].index(""))
+    if not resident.any():
         return float(np.mean([len(g.instances) for g in engine.gpus]))
-    every = pd.MultiIndex.from_product([rows["time_s"].unique(), [g.index for g in engine.gpus]])
-    return float(rows.groupby(["time_s", "gpu"]).size().reindex(every, fill_value=0).mean())
+    # Each sample time has a row per resident instance: the mean over (time, GPU) pairs is rows / pairs.
+    times = len(np.unique(samples.column("time_s")[resident]))
+    return int(resident.sum()) / (times * len(engine.gpus))
 
 
-def _drop_reasons(requests: pd.DataFrame) -> dict[str, int]:
-    dropped = requests.loc[requests["status"].eq("dropped"), "drop_reason"]
-    return {str(k): int(v) for k, v in dropped.value_counts().items() if v}
-
-
-def _per_model(requests: pd.DataFrame, met: pd.Series, engine) -> dict:
-    out = {}
-    for model in requests["model"].cat.categories:
-        rows = requests["model"].eq(model)
-        if not rows.any():
-            continue
-        part = requests[rows]
-        done = part["status"].eq("completed")
-        index = engine.model_index.get(str(model))
-        out[str(model)] = {
-            "requests": int(rows.sum()), "completed": int(done.sum()), "dropped": int((~done).sum()),
-            "drop_reasons": _drop_reasons(part),
-            "max_model_len": engine.max_model_len[index] if index is not None else None,
-            "slo_attainment": float(met[rows].mean()),
-            **_rates(part, met[rows]),
-            **{name: percentiles(part.loc[done, name]) for name in ("ttft_s", "tpot_s", "e2e_s")},
-            "preemptions": int(part["preemptions"].sum()),
-        }
-    return out
-
-
-def atomic_write(path: Path, write) -> None:
+# -- files -------------------------------------------------------------------------------------------------
+def atomic_write(path: Path, write: Callable[[str], object]) -> None:
     """Write through a temporary file in the same folder, then rename: never a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,12 +430,26 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
+def write_table(table: RequestTable | ColumnTable, path: str) -> None:
+    """A table as Parquet, a row group at a time: only one row group's typed and derived columns exist at once."""
+    import pyarrow.parquet as pq
+
+    batches = (table.arrow_batch(rows) for rows in table.slices())
+    first = next(batches, None)
+    if first is None:  # no rows: the file still has the table's columns
+        first = table.arrow_batch(slice(0, 0))
+    with pq.ParquetWriter(path, first.schema) as writer:
+        writer.write_batch(first)
+        for batch in batches:
+            writer.write_batch(batch)
+
+
 def write_run(result, out_dir: Path, scenario_data: dict | None = None) -> Path:
     """Write summary.json, requests/events/timeseries Parquet (and the scenario) into ``out_dir``."""
     out_dir = Path(out_dir)
-    atomic_write(out_dir / "requests.parquet", lambda p: result.requests.to_parquet(p, index=False))
-    atomic_write(out_dir / "events.parquet", lambda p: result.events.to_parquet(p, index=False))
-    atomic_write(out_dir / "timeseries.parquet", lambda p: result.timeseries.to_parquet(p, index=False))
+    for name, table in (("requests", result.tables.requests), ("events", result.tables.events),
+                        ("timeseries", result.tables.samples)):
+        atomic_write(out_dir / f"{name}.parquet", lambda path, table=table: write_table(table, path))
     if scenario_data is not None:
         atomic_write(out_dir / "scenario.json", lambda p: Path(p).write_text(json.dumps(scenario_data, indent=1, default=str)))
     # The summary goes last: its presence marks a finished run (sweeps resume on it).

@@ -48,6 +48,8 @@ class ModelEntry(Strict):
     name: str
     alias: str | None = None
     dtype: str = "fp16"
+    kv_dtype: Literal["fp32", "fp16", "bf16", "fp8", "int8", "fp4"] | None = Field(
+        default=None, description="the KV cache's dtype (default: the model's activation dtype, as vLLM's 'auto')")
     replicas: int | Literal["dynamic"] | None = None
     gpus: list[int] | None = None
     gpu_share: float = Field(default=1.0, gt=0, le=1)
@@ -55,6 +57,16 @@ class ModelEntry(Strict):
                                       "accepts (default: what fits its KV room at full residency)")
     config: str | None = Field(default=None, description="a Hugging Face config.json with the architecture; "
                                "name then names this model instead of a catalogue entry")
+    tensor_parallel: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE, description="GPUs of one node each instance "
+                                 "splits its layers over")
+    pipeline_parallel: int = Field(default=1, ge=1, le=MAX_NODES * MAX_GPUS_PER_NODE, description="stages, of "
+                                   "tensor_parallel GPUs each, each instance splits its layers into")
+
+    @model_validator(mode="after")
+    def _parallel_whole_gpus(self) -> "ModelEntry":
+        if self.tensor_parallel * self.pipeline_parallel > 1 and self.gpu_share < 1:
+            raise ValueError("gpu_share below 1 (CPU offload) cannot be combined with tensor or pipeline parallelism")
+        return self
 
     @model_validator(mode="before")
     @classmethod

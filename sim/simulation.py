@@ -5,12 +5,11 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from sim.catalogue import get_model
@@ -23,22 +22,44 @@ from sim.engine.transfers import Node
 from sim.errors import MmsimError
 from sim.profile import Profile, load_profile
 from sim.policies.registry import make_policy
-from sim.results import summarize
+from sim.results import ColumnTable, RequestTable, event_table, sample_table, summarize
 from sim.scenario import Scenario
 from sim.workload.chunk import RequestChunk
 from sim.workload.lengths import mix_weights
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 GIB = 2**30
 
 
-@dataclass
-class RunResult:
-    """Everything a run produced, before it is written to disk."""
+class RunTables(NamedTuple):
+    """A run's per-request table, event log and periodic samples, as typed columns (see :mod:`sim.results`)."""
 
-    requests: pd.DataFrame
-    events: pd.DataFrame
-    timeseries: pd.DataFrame
-    summary: dict
+    requests: RequestTable
+    events: ColumnTable
+    samples: ColumnTable
+
+
+class RunResult:
+    """Everything a run produced, before it is written to disk: the summary, and the tables as typed columns,
+    as pandas frames on first use (``mmsim run`` writes its files without building them)."""
+
+    def __init__(self, tables: RunTables, summary: dict):
+        self.tables = tables
+        self.summary = summary
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        return self.tables.requests.frame()
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        return self.tables.events.frame()
+
+    @cached_property
+    def timeseries(self) -> pd.DataFrame:
+        return self.tables.samples.frame()
 
 
 def build_hardware(env: simpy.Environment, scenario: Scenario, profile: Profile) -> tuple[list[Gpu], list[Node]]:
@@ -53,6 +74,7 @@ def build_hardware(env: simpy.Environment, scenario: Scenario, profile: Profile)
             raise MmsimError(f"profile {profile.name} has no MIG profile {cluster.mig.profile!r} "
                              f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field="cluster.mig.profile")
         slices = [(mig.memory_bytes, mig.compute_share)] * cluster.mig.slices_per_gpu
+    _check_parallel(scenario, per_node, cluster.nodes * per_node)
     nodes = [Node(n, int(cluster.host_memory_gb * GIB)) for n in range(cluster.nodes)]
     usable = scenario.engine.gpu_memory_utilization
     gpus = []
@@ -63,6 +85,22 @@ def build_hardware(env: simpy.Environment, scenario: Scenario, profile: Profile)
     return gpus, nodes
 
 
+def _check_parallel(scenario: Scenario, per_node: int, total: int) -> None:
+    """Each model's tp x pp GPUs must tile the cluster: tensor-parallel ranks within a node, groups aligned."""
+    for entry in scenario.models:
+        tp, size = entry.tensor_parallel, entry.tensor_parallel * entry.pipeline_parallel
+        field = f"models.{entry.deployment}"
+        if size == 1:
+            continue
+        if scenario.cluster.mig:
+            raise MmsimError("tensor or pipeline parallelism over MIG slices is not supported", field=field)
+        if per_node % tp:
+            raise MmsimError(f"tensor_parallel {tp} does not divide the {per_node} GPUs of a node", field=field)
+        if (per_node % size if size <= per_node else size % per_node) or size > total:
+            raise MmsimError(f"tensor_parallel x pipeline_parallel = {size} GPUs does not tile the cluster's nodes of "
+                             f"{per_node} GPUs ({total} in all)", field=field)
+
+
 def _stalled(engine: Engine) -> bool:
     busy = any(g.current is not None for g in engine.gpus)
     moving = any(i.status in ("loading", "draining") for i in engine.instances)
@@ -71,21 +109,11 @@ def _stalled(engine: Engine) -> bool:
 
 def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
     """Periodic samples of memory, queues and utilisation per GPU and model."""
-    last_busy = {g.index: 0.0 for g in engine.gpus}
+    busy_before_s = [0.0] * len(engine.gpus)
     while not engine.all_done.triggered:
         yield env.timeout(interval_s)
-        for gpu in engine.gpus:
-            gpu.sync()
-            busy = (gpu.busy_s - last_busy[gpu.index]) / interval_s
-            last_busy[gpu.index] = gpu.busy_s
-            for inst in gpu.instances:
-                engine.recorder.sample((env.now, gpu.index, inst.name, inst.weight_bytes, inst.kv_bytes,
-                                        len(inst.waiting) + len(inst.swapped), len(inst.running), min(busy, 1.0)))
-            if not gpu.instances:
-                engine.recorder.sample((env.now, gpu.index, "", 0, 0, 0, 0, min(busy, 1.0)))
-        for model, queue in enumerate(engine.pending):
-            if queue:
-                engine.recorder.sample((env.now, -1, engine.model_names[model], 0, 0, len(queue), 0, 0.0))
+        engine.recorder.sample_gpus(env.now, engine.gpus, busy_before_s, interval_s)
+        engine.recorder.sample_pending(env.now, engine.pending)
         engine.progress.check(env.now)
         if _stalled(engine) and not env._queue:
             return  # nothing left that could run: let the run end (policy timers still pending keep it going)
@@ -118,11 +146,14 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     env = simpy.Environment()
     gpus, nodes = build_hardware(env, scenario, profile)
     names = [m.deployment for m in scenario.models]
-    costs = [ModelCosts(profile, get_model(m.name), m.dtype) for m in scenario.models]
+    per_node = scenario.cluster.gpus_per_node or profile.hardware.gpu.gpus_per_node
+    costs = [ModelCosts(profile, get_model(m.name), m.dtype, m.kv_dtype, m.tensor_parallel, m.pipeline_parallel,
+                        stages_cross_nodes=m.tensor_parallel * m.pipeline_parallel > per_node) for m in scenario.models]
     config = EngineConfig(**scenario.engine.model_dump(), prefix_block_tokens=scenario.workload.prefix_block_tokens)
     engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"),
                     max_model_lens=[m.max_model_len for m in scenario.models], gpu_shares=[m.gpu_share for m in scenario.models],
-                    router=Router(scenario.routing.rule, scenario.routing.weights.model_dump()))
+                    router=Router(scenario.routing.rule, scenario.routing.weights.model_dump()),
+                    parallel=[(m.tensor_parallel, m.pipeline_parallel) for m in scenario.models])
     mix = _mix_shares(scenario)
     engine.slos = [scenario.slo_for(m.deployment) for m in scenario.models]
     engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0)}
@@ -139,9 +170,10 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
         arrivals.run(env, engine, stream)
     _drop_leftovers(engine)
     wall_s = time.perf_counter() - started
-    requests, timeseries = engine.recorder.requests_frame(), engine.recorder.timeseries_frame()
-    summary = summarize(requests, timeseries, scenario, engine, profile, policy_name, seed, mode, wall_s)
-    return RunResult(requests, engine.recorder.events_frame(), timeseries, summary)
+    tables = RunTables(RequestTable(engine.recorder), event_table(engine.recorder), sample_table(engine.recorder))
+    summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
+                        mode, wall_s)
+    return RunResult(tables, summary)
 
 
 @contextmanager

@@ -1,9 +1,10 @@
 """The mypyc-compiled engine (what ``pip install .`` ships) gives the pure-Python engine's results, bit for bit.
 
-The engine is compiled from a copy of this checkout into a temporary folder, then the
-same runs are made with each build (the compiled one in a subprocess) and compared
-column by column. The runs cover every built-in policy and the mechanisms they use:
-KV swap and recompute, loads and unloads, a host-RAM weight cache, partial offload.
+The engine and the built-in policies are compiled from a copy of this checkout into a temporary folder,
+then the same runs are made with each build (the compiled one in a subprocess) and compared column by
+column. The runs cover every built-in policy and the mechanisms they use: KV swap and recompute, loads
+and unloads, a host-RAM weight cache, partial offload; and a user's policy, plain Python, that extends a
+compiled built-in.
 """
 
 from __future__ import annotations
@@ -24,22 +25,48 @@ from sim.simulation import simulate
 from sim.sweep.spec import set_path
 
 ROOT = Path(__file__).resolve().parents[1]
-# (scenario, policy, params, seconds of workload, mode): short runs, but each makes its policy act.
+# (scenario, policy, params, seconds of workload, mode): short runs, but each makes its policy act ("user": USER_POLICY).
 POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
 RUNS = [("mixed.yaml", name, None, 240.0, "fast") for name in POLICIES] + [
     ("mixed.yaml", "swap-aware", {"keep_weights_on_host": True}, 240.0, "fast"),
     ("mixed.yaml", "swap-aware", None, 120.0, "exact"),
     ("offload.yaml", "offload-aware", None, 120.0, "fast"),
     ("paper-preemption.yaml", None, None, None, "fast"),
+    ("mixed.yaml", "user", None, 240.0, "fast"),
 ]
+USER_POLICY = textwrap.dedent("""
+    from sim.policies.swap_aware import SwapAwarePolicy
+
+
+    class Alternating(SwapAwarePolicy):
+        \"\"\"A user's subclass of a compiled built-in: its own hooks, interpreted, around the compiled ones.\"\"\"
+
+        name = "alternating"
+
+        def __init__(self, **params):
+            super().__init__(**params)
+            self.finished = 0
+
+        def order_waiting(self, instance, view):
+            super().order_waiting(instance, view)
+            if self.finished % 2:  # after every other completion, oldest first instead
+                ordered = sorted(instance.waiting, key=lambda r: (r.arrival_s, r.id))
+                instance.waiting.clear()
+                instance.waiting.extend(ordered)
+
+        def on_finish(self, request, instance, view):
+            self.finished += 1
+            super().on_finish(request, instance, view)
+""")
 COLUMNS = ["id", "status", "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "gpu",
            "lost_reload_s", "lost_kv_out_s", "lost_recompute_s", "lost_waiting_s"]
 
 RUNNER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    import sim.engine.gpu
+    import sim.engine.gpu, sim.policies.swap_aware
     assert sim.engine.gpu.__file__.endswith(".so"), sim.engine.gpu.__file__
+    assert sim.policies.swap_aware.__file__.endswith(".so"), sim.policies.swap_aware.__file__
     sys.path.insert(0, sys.argv[1])
     from test_compiled import run_all
     run_all(Path(sys.argv[2]))
@@ -57,7 +84,9 @@ def _scenario(name: str, duration_s: float | None):
 def run_all(out: Path) -> None:
     """Make every run in RUNS and write its requests (Parquet) and event counts (JSON) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "user_policy.py").write_text(USER_POLICY)
     for k, (scenario, policy, params, duration_s, mode) in enumerate(RUNS):
+        policy = f"{out / 'user_policy.py'}:Alternating" if policy == "user" else policy
         result = simulate(_scenario(scenario, duration_s), base_dir=ROOT / "scenarios", policy=policy, params=params,
                           mode=mode)
         result.requests[COLUMNS].to_parquet(out / f"{k}.parquet")

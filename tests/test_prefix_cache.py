@@ -137,3 +137,56 @@ def test_fast_forward_equals_per_iteration_with_caching(room):
     for column in ("first_token_s", "finish_s"):
         a, b = fast[column].to_numpy(), exact[column].to_numpy()
         assert np.allclose(a, b, rtol=1e-9, atol=0, equal_nan=True), column
+
+
+class UnloadBetween(__import__("sim.policies.base", fromlist=["Policy"]).Policy):
+    """Loads the model at 0, unloads it when request 0 finishes (keeping its prefix cache or not) and loads it
+    again when the next request arrives."""
+
+    name = "unload-between"
+
+    @classmethod
+    def param_defaults(cls):
+        return {"keep": False}
+
+    def setup(self, view):
+        view.load(0, view.gpus[0])
+
+    def route(self, request, view):
+        ready = view.instances_of(request.model)
+        return ready[0] if ready else None
+
+    def on_arrival(self, request, view):
+        if not view.instances_of(request.model) and not view.gpus[0].instances:
+            view.load(request.model, view.gpus[0])
+
+    def on_finish(self, request, instance, view):
+        if request.id == 0:
+            view.unload(instance, mode="recompute", keep_prefix_cache=self.keep)
+
+    def on_unloaded(self, instance, view):
+        if view.pending_count(instance.model):
+            view.load(instance.model, view.gpus[0])
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_an_unload_loses_the_prefix_cache_unless_it_keeps_it_in_host_ram(keep):
+    from sim.policies import registry
+
+    rows = [(0.0, 320, 1, (1, 2, 3, 4, 5)), (100.0, 320, 1, (1, 2, 3, 4, 5))]
+    with mock.patch.dict(registry.BUILTIN if hasattr(registry, "BUILTIN") else {}, {}):
+        scenario = parse_scenario(scenario_dict(
+            cluster={"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 24}, models=[{"name": MODEL}],
+            engine={"block_size": BLOCK, "max_num_batched_tokens": BUDGET}), "test")
+        scenario.workload.prefix_block_tokens = ID_TOKENS
+        arrivals, prompts, outputs, ids = zip(*rows)
+        chunk = RequestChunk(np.array(arrivals, float), np.array([MODEL] * 2, object), np.array(prompts, np.int64),
+                             np.array(outputs, np.int64), prefix_ids=np.array([tuple(i) for i in ids] + [None], object)[:-1])
+        engine_policy = UnloadBetween(keep=keep)
+        with mock.patch.object(simulation, "make_policy", lambda name, params: engine_policy):
+            result = simulation.simulate(scenario, chunks=[chunk])
+    frame = result.requests.sort_values("id")
+    # 320 tokens = 20 keyed blocks; the prompt's last block (tokens 304-319) holds its last token: 19 found.
+    assert list(frame["cached_prompt_tokens"]) == [0, 19 * BLOCK if keep else 0]
+    kinds = list(result.events["kind"])
+    assert ("prefix_out" in kinds and "prefix_in" in kinds) == keep

@@ -48,3 +48,23 @@ def test_unknown_rule_is_refused():
 
     with pytest.raises((MmsimError, ValueError)):
         parse_scenario(scenario_dict(routing={"rule": "random"}), "test")
+
+
+def test_prefix_swap_aware_routes_by_prefix_whatever_the_scenario_says():
+    from sim.policies.registry import get_policy_class
+
+    policy = get_policy_class("prefix-swap-aware")()
+    assert policy.router.rule == "prefix-aware" and policy.keeps_prefix_cache
+    scenario = parse_scenario(scenario_dict(
+        cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 24}, models=[{"name": MODEL}],
+        engine={"block_size": 16}, routing={"rule": "round-robin"},
+        workload={"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
+                                "mix": {MODEL: 1.0}, "prompt_tokens": {"dist": "constant", "value": 10},
+                                "output_tokens": {"dist": "constant", "value": 10}}, "prefix_block_tokens": 64}),
+        "test")
+    ids = np.empty(4, object)
+    ids[:] = [A, B, B, A]
+    chunk = RequestChunk(np.array([0.0, 0.0, 60.0, 60.01]), np.array([MODEL] * 4, object),
+                         np.array([250] * 4, np.int64), np.array([4] * 4, np.int64), prefix_ids=ids)
+    frame = simulate(scenario, policy="prefix-swap-aware", chunks=[chunk]).requests.sort_values("id")
+    assert list(frame["cached_prompt_tokens"]) == [0, 0, 192, 192]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -11,10 +12,21 @@ from rich.table import Table
 from sim.cli import app
 from sim.cli.common import console
 from sim.errors import MmsimError
-from sim.reports.metrics import DROP_THRESHOLD
 
 SWEEP_INDEXES = ("index.csv", "index.parquet")
 THRESHOLD_HELP = "share of dropped requests above which a policy is never marked best on latency (0.01 = 1%)"
+
+
+def _default_threshold() -> float:
+    """sim.reports' default, read when a command needs it: importing the reports (and pandas) at start-up would
+    slow every mmsim command down by half a second."""
+    from sim.reports.metrics import DROP_THRESHOLD
+
+    return DROP_THRESHOLD
+
+
+DropThreshold = Annotated[float, typer.Option("--drop-threshold", default_factory=_default_threshold,
+                                              show_default="0.01", help=THRESHOLD_HELP)]
 RANKING_COLUMNS = (("#", "right"), ("policy", "left"), ("goodput req/s", "right"), ("SLO attain.", "right"),
                    ("completed / dropped", "right"), ("TTFT p90 s", "right"), ("TPOT p90 s", "right"))
 
@@ -52,7 +64,7 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
                 out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/NAME.html)"),
                 runs_dir: Path = typer.Option(Path("reports/runs"), "--runs-dir", help="where each run's folder is kept"),
                 mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)"),
-                drop_threshold: float = typer.Option(DROP_THRESHOLD, "--drop-threshold", help=THRESHOLD_HELP),
+                *, drop_threshold: DropThreshold,  # keyword-only: it has a default factory, not a default
                 force: bool = typer.Option(False, "--force", help="replace run folders that hold a finished run")) -> None:
     """Simulate a scenario under each policy (and seed), print the verdict and ranking, and write one
     self-contained HTML comparison report."""
@@ -109,7 +121,7 @@ def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one 
                title: str = typer.Option(None, "--title", help="page title"),
                allow_mixed: bool = typer.Option(False, "--allow-mixed", help="show runs of different scenarios, profiles "
                                                 "or engine builds as separate groups instead of refusing"),
-               drop_threshold: float = typer.Option(DROP_THRESHOLD, "--drop-threshold", help=THRESHOLD_HELP)) -> None:
+               *, drop_threshold: DropThreshold) -> None:
     """Build the HTML comparison report from saved run folders (or a sweep report from a sweep folder).
     Refuses (exit 2) runs that differ in scenario apart from policy and seed, profile or engine build."""
     _check_threshold(drop_threshold)

@@ -4,11 +4,14 @@ model and reason, warnings when the profile or load cannot serve the scenario, a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DROP_MEANINGS = {
     "model_not_served": "the policy gave the model no GPU",

@@ -1,4 +1,8 @@
-"""``mmsim trace ...``: import public traces, merge, generate and summarise native traces."""
+"""``mmsim trace ...``: import public traces, merge, generate and summarise native traces.
+
+The workload readers and writers (and pandas with them) are imported by the commands that use them: every
+``mmsim`` command imports this module to register these ones.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,7 @@ from sim.cli import app
 from sim.cli.common import console, print_json, table
 from sim.errors import MmsimError, pydantic_error_message
 from sim.files import check_output_file, check_regular_file, cut, load_yaml, parse_yaml
-from sim.workload.config import Arrivals, GeneratorConfig
-from sim.workload.generator import generate
-from sim.workload.importers import FORMATS, get_format
-from sim.workload.merge import merge_streams
-from sim.workload.reader import read_trace
-from sim.workload.rows import ImportOptions, RowReport
-from sim.workload.stats import trace_stats
-from sim.workload.stats_plot import PLOT_SUFFIXES, plot_stats
-from sim.workload.writer import write_trace
+from sim.workload.config import TRACE_FORMATS, Arrivals, GeneratorConfig
 
 trace_app = typer.Typer(help="Import, merge, generate and summarise request traces.", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
@@ -59,12 +55,14 @@ def _validate(adapter_type, data, source: str):
 @trace_app.command("formats")
 def trace_formats() -> None:
     """List the trace formats that import, stats and scenarios can read."""
+    from sim.workload.importers import FORMATS
+
     console.print(table("Trace formats", ["name", "what"], [[f.name, f.summary] for f in FORMATS.values()]))
 
 
 @trace_app.command("import")
 def trace_import(
-    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"one of: {', '.join(FORMATS)}"),
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"one of: {', '.join(TRACE_FORMATS)}"),
     source: Path = typer.Argument(..., metavar="IN", help="the trace file to import"),
     target: Path = typer.Argument(..., metavar="OUT", help="native trace to write (.csv, .jsonl or .parquet)"),
     model: str | None = typer.Option(None, help="catalogue model for every request (single-model traces)"),
@@ -80,6 +78,11 @@ def trace_import(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Import a public trace FORMAT file IN into a native trace OUT (times rebased to start at 0)."""
+    from sim.workload.importers import get_format
+    from sim.workload.reader import read_trace
+    from sim.workload.rows import ImportOptions, RowReport
+    from sim.workload.writer import write_trace
+
     get_format(fmt)  # an unknown name is reported before the files are looked at
     check_regular_file(source, "trace file")
     check_output_target(target)
@@ -106,6 +109,11 @@ def trace_merge(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Merge native traces (e.g. one per service, each imported with --model) into one, in time order."""
+    from sim.workload.merge import merge_streams
+    from sim.workload.reader import read_trace
+    from sim.workload.rows import ImportOptions
+    from sim.workload.writer import write_trace
+
     for path in sources:
         check_regular_file(path, "trace file")
     check_output_target(target)
@@ -183,6 +191,9 @@ def trace_generate(
     chunk_rows: int = CHUNK_ROWS,
 ) -> None:
     """Generate a synthetic trace (same seed, same bytes)."""
+    from sim.workload.generator import generate
+    from sim.workload.writer import write_trace
+
     check_output_target(target)
     if config is not None:
         data, config_seed, aliases = load_generator_file(config)
@@ -226,12 +237,20 @@ def trace_stats_cmd(
     path: Path = typer.Argument(..., help="trace file"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     plot: Path | None = typer.Option(None, help="also draw the statistics into a .png or .svg file"),
-    fmt: str = typer.Option("mmsim", "--format", help=f"one of: {', '.join(FORMATS)}"),
+    fmt: str = typer.Option("mmsim", "--format", help=f"one of: {', '.join(TRACE_FORMATS)}"),
     model: str | None = typer.Option(None, help="model label for single-model formats (default: the file name)"),
     model_map: str | None = typer.Option(None, "--model-map", help="trace label to model: SRC=DST,..."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="drop malformed rows instead of stopping"),
+    prefix_block_tokens: int = typer.Option(512, "--prefix-block-tokens", min=1, max=1 << 20,
+                                            help="prompt tokens each prefix id stands for (Mooncake: 512)"),
 ) -> None:
-    """Count, span, rate, burstiness, model shares and length percentiles of a trace."""
+    """Count, span, rate, burstiness, model shares, length percentiles and ideal prefix reuse of a trace."""
+    from sim.workload.importers import FORMATS
+    from sim.workload.reader import read_trace
+    from sim.workload.rows import ImportOptions
+    from sim.workload.stats import trace_stats
+    from sim.workload.stats_plot import PLOT_SUFFIXES, plot_stats
+
     single_model = fmt in FORMATS and not FORMATS[fmt].model_column
     if plot is not None:
         if plot.suffix.lower() not in PLOT_SUFFIXES:
@@ -241,7 +260,7 @@ def trace_stats_cmd(
     options = ImportOptions(model=model or (path.stem if single_model else None),
                             model_map=parse_pairs(model_map, "--model-map") if model_map else None,
                             skip_bad=skip_bad, check_models=fmt == "mmsim" and model is None)
-    stats = trace_stats(read_trace(path, fmt, options))
+    stats = trace_stats(read_trace(path, fmt, options), prefix_block_tokens)
     summary = stats.summary()
     if plot is not None:
         plot_stats(stats, plot, title=path.name)
@@ -252,6 +271,9 @@ def trace_stats_cmd(
     rows += [[f"share {name}", f"{share:.3f}"] for name, share in summary["models"].items()]
     for key in ("prompt_tokens", "output_tokens"):
         rows.append([key, ", ".join(f"{name} {_show(value)}" for name, value in summary[key].items())])
+    if summary["prefix_reuse"] is not None:
+        rows.append(["ideal prefix reuse", f"{summary['prefix_reuse']['share']:.1%} of prompt tokens "
+                                           f"({prefix_block_tokens}-token blocks seen before)"])
     console.print(table(str(path), ["statistic", "value"], rows))
 
 

@@ -21,7 +21,7 @@ from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
 from sim.engine.prefix import block_keys
-from sim.engine.memory import fitting_tokens, reserve_bytes
+from sim.engine.memory import fitting_tokens, reserve_bytes, shard_fractions
 from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
 from sim.engine.routing import Router
@@ -52,7 +52,7 @@ class Engine:
     def __init__(self, env: simpy.Environment, gpus: list[Gpu], nodes: list[Node], model_names: list[str],
                  costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True,
                  max_model_lens: list[int | None] | None = None, gpu_shares: list[float] | None = None,
-                 router: Router | None = None):
+                 router: Router | None = None, parallel: list[tuple[int, int]] | None = None):
         self.env = env
         self.gpus = gpus
         self.nodes = nodes
@@ -76,7 +76,11 @@ class Engine:
         self.all_done = env.event()
         self._next_uid = 0
         self._admissions = 0
-        self.reserve_bytes = [reserve_bytes(c.spec, config.max_num_batched_tokens, config.max_num_seqs) for c in costs]
+        # (tensor, pipeline) parallel degree of each model: an instance spans tp x pp GPUs.
+        self.parallel = parallel or [(1, 1)] * len(model_names)
+        self.reserve_bytes = [reserve_bytes(c.spec, config.max_num_batched_tokens, config.max_num_seqs, tp)
+                              for c, (tp, _) in zip(costs, self.parallel)]
+        self.shard_fractions = [shard_fractions(c.spec, tp, pp) for c, (tp, pp) in zip(costs, self.parallel)]
         shares = gpu_shares or [1.0] * len(model_names)
         wanted = max_model_lens or [None] * len(model_names)
         self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
@@ -92,13 +96,38 @@ class Engine:
 
     # -- arrivals and routing ------------------------------------------------------------------------
     def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
-        """GPU memory an instance of ``model`` takes before any KV block: its weights there and its reserve."""
-        return self.costs[model].gpu_weight_bytes(gpu_share) + self.reserve_bytes[model]
+        """GPU memory an instance of ``model`` takes before any KV block, on each of its GPUs: its weights there
+        (its shard of them under tensor or pipeline parallelism) and its reserve."""
+        return self.shard_weight_bytes(model, gpu_share) + self.reserve_bytes[model]
+
+    def shard_weight_bytes(self, model: int, gpu_share: float = 1.0) -> int:
+        weights = self.costs[model].gpu_weight_bytes(gpu_share)
+        fraction = self.shard_fractions[model][0]
+        return weights if fraction == 1.0 else math.ceil(weights * fraction)
+
+    def block_bytes(self, model: int) -> int:
+        """Bytes of one KV block of ``model`` on each of its GPUs."""
+        block = self.config.block_size * self.costs[model].kv_bytes_per_token
+        fraction = self.shard_fractions[model][1]
+        return block if fraction == 1.0 else math.ceil(block * fraction)
+
+    def shard_group(self, model: int, gpu: Gpu) -> list[Gpu] | None:
+        """The GPUs an instance of ``model`` placed at ``gpu`` spans: the aligned run of tp x pp GPUs holding
+        ``gpu`` (tensor-parallel ranks on one node, pipeline stages after one another); None for one GPU."""
+        tp, pp = self.parallel[model]
+        size = tp * pp
+        if size == 1:
+            return None
+        first = gpu.index - gpu.index % size
+        group = self.gpus[first:first + size]
+        if len(group) < size:
+            return []
+        return group
 
     def _max_model_len(self, model: int, gpu_share: float, wanted: int | None) -> int:
         """vLLM's ``max_model_len``: the longest prompt + output a deployment accepts. By default what fits the
         KV room beside its footprint on the largest GPU; a longer setting is refused, as vLLM refuses to start."""
-        block_bytes = self.config.block_size * self.costs[model].kv_bytes_per_token
+        block_bytes = self.block_bytes(model)
         fits = fitting_tokens(max(g.capacity_bytes for g in self.gpus), self.footprint_bytes(model, gpu_share),
                               block_bytes, self.config.block_size)
         if wanted is None or fits == 0:

@@ -89,7 +89,8 @@ class Gpu:
 
     # -- execution ---------------------------------------------------------------------------------
     def active_instances(self) -> list[Instance]:
-        return [i for i in self.instances if i.status == "ready" and i.has_work]
+        """Instances with work whose steps this GPU runs (a parallel instance's run on its first GPU)."""
+        return [i for i in self.instances if i.status == "ready" and i.has_work and i.gpu is self]
 
     def kick(self) -> None:
         """Something changed on this GPU: wake the loop, or end a fast-forward window early."""
@@ -122,7 +123,7 @@ class Gpu:
             instance.advance(done)
         step.rebase(done, elapsed, instance.context_tokens)
         instance.busy_s += elapsed
-        self.busy_s += elapsed
+        self._add_busy(instance, elapsed)
 
     def cut_window(self) -> None:
         """End the current fast-forward window at the first iteration boundary from now."""
@@ -144,7 +145,7 @@ class Gpu:
     def _next_instance(self) -> Instance | None:
         if len(self.instances) == 1:
             only = self.instances[0]
-            return only if only.status == "ready" and only.has_work and only not in self.blocked else None
+            return only if only.status == "ready" and only.has_work and only not in self.blocked and only.gpu is self else None
         active = [i for i in self.active_instances() if i not in self.blocked]
         if not active:
             return None
@@ -187,7 +188,7 @@ class Gpu:
         now = self.env.now
         elapsed = now - step.start_s  # sync may have moved the start on
         instance.busy_s += elapsed
-        self.busy_s += elapsed
+        self._add_busy(instance, elapsed)
         instance.last_used_s = now
         if step.iterations:
             engine.last_progress_s = now  # read by the progress guard; one store per step on the hot path
@@ -195,6 +196,14 @@ class Gpu:
         self.blocked.clear()
         engine.after_step(instance)
         self._next_step(now)
+
+    def _add_busy(self, instance: Instance, elapsed: float) -> None:
+        """A step of ``instance`` kept this GPU busy, and every other GPU it spans."""
+        self.busy_s += elapsed
+        if instance.shards is not None:
+            for shard in instance.shards:
+                if shard is not self:
+                    shard.busy_s += elapsed
 
     def _wake_up(self, _event: simpy.Event) -> None:
         self._next_step(self.env.now)

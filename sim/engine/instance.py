@@ -39,19 +39,22 @@ class Instance:
     """One model resident (or loading, or draining) on one GPU."""
 
     def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
-                 engine_config: EngineConfig, reserve_bytes: int = 0):
+                 engine_config: EngineConfig, reserve_bytes: int = 0, weight_bytes: int | None = None,
+                 block_bytes: int | None = None, shards: list[Gpu] | None = None):
         self.uid = uid
         self.model = model
         self.name = name
         self.costs = costs
-        self.gpu = gpu
+        self.gpu = gpu  # the GPU whose loop runs its steps: the first of ``shards`` when it spans several
+        self.shards = shards  # every GPU of a tensor/pipeline-parallel instance (None: only ``gpu``)
         self.gpu_share = gpu_share
         self.config = engine_config
         self.status = "loading"
-        self.weight_bytes = costs.gpu_weight_bytes(gpu_share)
+        # Sizes are per GPU: a parallel instance holds a shard of its weights and of each KV block on each GPU.
+        self.weight_bytes = costs.gpu_weight_bytes(gpu_share) if weight_bytes is None else weight_bytes
         # Weights plus the activation peak and non-torch memory (sim.engine.memory) held beside them, never KV.
         self.resident_bytes = self.weight_bytes + reserve_bytes
-        self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token
+        self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token if block_bytes is None else block_bytes
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
         self.running: list[Request] = []
@@ -85,6 +88,8 @@ class Instance:
         return bool(self.waiting or self.swapped or self.running or self.prefilling)
 
     def free_blocks(self) -> int:
+        if self.shards is not None:
+            return int(min(shard.capacity_bytes - shard.used_bytes() for shard in self.shards) // self.block_bytes)
         gpu = self.gpu  # Gpu.free_bytes, inlined: this is asked several times per step
         return int((gpu.capacity_bytes - gpu.used_bytes()) // self.block_bytes)
 

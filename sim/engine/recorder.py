@@ -1,81 +1,162 @@
 """What a run leaves behind, collected as compact columns while it runs.
 
-Finished and dropped requests go into typed arrays (8 bytes a value), so a
-million-request run keeps its results in tens of megabytes; nothing is kept
-per token. Events (loads, unloads, preemptions) and periodic samples of GPU
-memory and queue depth are kept as small row lists.
+Finished and dropped requests go into typed arrays, about 70 bytes a request,
+so that ten million requests fit in under a gigabyte; nothing is kept per
+token, and the seconds a request lost to preemption are kept only for the
+requests that lost any. The periodic samples of GPU memory and queue depth
+(a row per instance every few simulated seconds: millions over a long trace)
+are typed arrays too; events (loads, unloads, preemptions) are a row list.
+:mod:`sim.results` turns all of it into the run's tables.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sim.engine.request import LOSS_CAUSES, Request
 
+if TYPE_CHECKING:
+    from sim.engine.gpu import Gpu
+
 DROP_REASONS = ("", "model_not_served", "exceeds_max_model_len", "model_exceeds_gpu", "not_placed", "not_scheduled")
 DROP_CODES = {reason: code for code, reason in enumerate(DROP_REASONS)}
+TIME_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
+TOKEN_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "output_tokens", "generated_tokens")
+SMALL_COLUMNS = ("model", "preemptions", "gpu", "drop_reason")
+LOST_COLUMNS = tuple(f"lost_{cause}_s" for cause in LOSS_CAUSES)
+SAMPLE_COLUMNS = ("time_s", "gpu", "model", "weight_bytes", "kv_bytes", "queued", "running", "busy_share")
+EVENT_COLUMNS = ("time_s", "kind", "gpu", "model", "request_id", "duration_s", "detail")
+
+
+def extend_widening(values: array, row: tuple[int, ...]) -> array:
+    """``values`` with ``row`` appended; a 32-bit array that cannot hold a value becomes a 64-bit one (once)."""
+    size = len(values)
+    try:
+        values.extend(row)
+    except OverflowError:
+        del values[size:]  # the values before the one that did not fit went in
+        values = array("q", values)
+        values.extend(row)
+    return values
 
 
 class Recorder:
     """Collects per-request rows, the event log and time series of one run."""
 
-    FLOAT_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s") + tuple(f"lost_{c}_s" for c in LOSS_CAUSES)
-    INT_COLUMNS = ("id", "model", "prompt_tokens", "output_tokens", "generated_tokens", "preemptions", "gpu", "drop_reason",
-                   "cached_prompt_tokens")
-
     def __init__(self, model_names: list[str]):
         self.model_names = model_names
-        # One row per request, its values interleaved in column order: two extends per request instead
-        # of one append per column (this is on the path of every request).
-        self.float_rows = array("d")
-        self.int_rows = array("q")
+        # One row per request in the order requests ended, each group's values interleaved: a few extends per
+        # request (this is on the path of every request), in 32 bits until a value needs more.
+        self.ids = array("i")
+        self.times = array("d")
+        self.tokens = array("i")  # a trace may give lengths beyond 32 bits (requests then dropped, but recorded)
+        self.small = array("i")  # model, preemptions, GPU and drop code: small by construction
+        self.lost_rows = array("q")  # the rows (in ending order) of requests that lost any time to preemption
+        self.lost_values = array("d")  # their seconds lost, one value per LOSS_CAUSES entry
         self.events: list[tuple] = []
-        self.samples: list[tuple] = []
+        # Samples: one array per column but the byte counts (two per row); model names as codes.
+        self.sample_times = array("d")
+        self.sample_counts = array("i")  # GPU (-1: a model's unplaced requests), model code, queued, running
+        self.sample_bytes = array("q")  # weight and KV bytes
+        self.sample_busy = array("d")
+        self.sample_names: list[str] = [""]
+        self._sample_codes: dict[str, int] = {"": 0}
 
     def request(self, request: Request, drop_reason: str = "") -> None:
-        lost = request.lost  # one value per LOSS_CAUSES entry, written out: one extend instead of two
-        self.float_rows.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s,
-                                lost[0], lost[1], lost[2], lost[3], lost[4], lost[5]))
-        self.int_rows.extend((request.id, request.model, request.prompt_tokens, request.output_tokens, request.generated,
-                              request.preemptions, request.gpu, DROP_CODES[drop_reason], request.cached_tokens))
+        lost = request.lost
+        if lost[0] or lost[1] or lost[2] or lost[3] or lost[4] or lost[5]:
+            self.lost_rows.append(len(self.ids))
+            self.lost_values.extend(lost)
+        self.ids = extend_widening(self.ids, (request.id,))
+        self.times.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s))
+        self.tokens = extend_widening(self.tokens, (request.prompt_tokens, request.cached_tokens, request.output_tokens,
+                                                    request.generated))
+        self.small.extend((request.model, request.preemptions, request.gpu, DROP_CODES[drop_reason]))
 
-    def _columns(self, rows: array, names: tuple[str, ...], dtype) -> dict[str, np.ndarray]:
-        table = np.frombuffer(rows, dtype=dtype) if len(rows) else np.zeros(0, dtype)
-        table = table.reshape(-1, len(names))
-        return {name: table[:, k].copy() for k, name in enumerate(names)}
+    def request_columns(self) -> dict[str, np.ndarray]:
+        """The per-request columns other than ``lost_*``, in the order requests ended: strided views of the
+        recorded arrays, not copies (so nothing may be recorded while they are in use)."""
+        columns: dict[str, np.ndarray] = {"id": _view(self.ids, 1)[:, 0]}
+        for group, names in ((self.times, TIME_COLUMNS), (self.tokens, TOKEN_COLUMNS), (self.small, SMALL_COLUMNS)):
+            table = _view(group, len(names))
+            for k, name in enumerate(names):
+                columns[name] = table[:, k]
+        return columns
+
+    def lost_seconds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows (in ending order) of the requests that lost time to preemption, and their seconds lost, one
+        column per LOSS_CAUSES entry; every other request lost none."""
+        return _view(self.lost_rows, 1)[:, 0], _view(self.lost_values, len(LOST_COLUMNS))
 
     def event(self, time_s: float, kind: str, gpu: int, model: str, request_id: int = -1, duration_s: float = 0.0, detail: str = "") -> None:
         self.events.append((time_s, kind, gpu, model, request_id, duration_s, detail))
 
-    def sample(self, row: tuple) -> None:
-        self.samples.append(row)
+    def sample(self, time_s: float, gpu: int, model: str, weight_bytes: int, kv_bytes: int, queued: int, running: int,
+               busy_share: float) -> None:
+        self.sample_rows([time_s], [gpu, self._sample_code(model), queued, running], [weight_bytes, kv_bytes],
+                         [busy_share])
 
-    def requests_frame(self) -> pd.DataFrame:
-        data = self._columns(self.int_rows, self.INT_COLUMNS, np.int64)
-        data.update(self._columns(self.float_rows, self.FLOAT_COLUMNS, np.float64))
-        frame = pd.DataFrame(data)
-        frame["model"] = pd.Categorical.from_codes(frame["model"].to_numpy(), categories=self.model_names)
-        frame["status"] = np.where(frame["drop_reason"].to_numpy() == 0, "completed", "dropped")
-        frame["drop_reason"] = pd.Categorical.from_codes(frame["drop_reason"].to_numpy(), categories=list(DROP_REASONS))
-        frame = frame.sort_values("id", kind="stable").reset_index(drop=True)
-        frame["queue_s"] = frame["first_scheduled_s"] - frame["arrival_s"]
-        frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
-        frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
-        # As vLLM's benchmark: TPOT is over the tokens after the first, so a one-token output has none (NaN,
-        # left out of TPOT statistics rather than counted as 0).
-        decode_tokens = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
-        frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_tokens
-        ordered = ["id", "model", "status", "drop_reason", "arrival_s", "queue_s", "first_scheduled_s", "first_token_s",
-                   "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "cached_prompt_tokens", "output_tokens",
-                   "generated_tokens", "preemptions"] + [f"lost_{c}_s" for c in LOSS_CAUSES] + ["gpu"]
-        return frame[ordered]
+    def sample_rows(self, times: list[float], counts: list[int], byte_counts: list[int], busy: list[float]) -> None:
+        """Rows already split into the sample arrays' groups (one extend per array, not per row)."""
+        self.sample_times.extend(times)
+        self.sample_counts.extend(counts)
+        self.sample_bytes.extend(byte_counts)
+        self.sample_busy.extend(busy)
 
-    def events_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.events, columns=["time_s", "kind", "gpu", "model", "request_id", "duration_s", "detail"])
+    def _sample_code(self, model: str) -> int:
+        code = self._sample_codes.get(model)
+        if code is None:
+            code = self._sample_codes[model] = len(self.sample_names)
+            self.sample_names.append(model)
+        return code
 
-    def timeseries_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.samples, columns=["time_s", "gpu", "model", "weight_bytes", "kv_bytes", "queued", "running",
-                                                   "busy_share"])
+    def sample_gpus(self, now: float, gpus: list[Gpu], busy_before_s: list[float], interval_s: float) -> None:
+        """One row per instance of every GPU (one for an empty GPU): its memory, queue depth and busy share over
+        the last ``interval_s``. ``busy_before_s`` holds each GPU's busy seconds at the previous sample (by index),
+        and is brought up to now. Compiled with the engine; a trace of a day on 64 GPUs is a million rows."""
+        times: list[float] = []
+        counts: list[int] = []
+        byte_counts: list[int] = []
+        busy_shares: list[float] = []
+        for gpu in gpus:
+            gpu.sync()
+            busy = (gpu.busy_s - busy_before_s[gpu.index]) / interval_s
+            busy_before_s[gpu.index] = gpu.busy_s
+            share = 1.0 if 1.0 < busy else busy  # min(busy, 1.0), as Python's min breaks ties
+            for inst in gpu.instances:
+                times.append(now)
+                counts.extend((gpu.index, self._sample_code(inst.name), len(inst.waiting) + len(inst.swapped),
+                               len(inst.running)))
+                byte_counts.extend((inst.weight_bytes, inst.kv_bytes))
+                busy_shares.append(share)
+            if not gpu.instances:
+                times.append(now)
+                counts.extend((gpu.index, 0, 0, 0))
+                byte_counts.extend((0, 0))
+                busy_shares.append(share)
+        self.sample_rows(times, counts, byte_counts, busy_shares)
+
+    def sample_pending(self, now: float, pending: list[deque[Request]]) -> None:
+        """A row per model with requests that no instance holds (GPU -1)."""
+        for model, queue in enumerate(pending):
+            if queue:
+                self.sample(now, -1, self.model_names[model], 0, 0, len(queue), 0, 0.0)
+
+    def sample_columns(self) -> dict[str, np.ndarray]:
+        """The samples' columns (``model`` as codes into ``sample_names``), views of the recorded arrays."""
+        counts, byte_counts = _view(self.sample_counts, 4), _view(self.sample_bytes, 2)
+        return {"time_s": _view(self.sample_times, 1)[:, 0], "gpu": counts[:, 0], "model": counts[:, 1],
+                "weight_bytes": byte_counts[:, 0], "kv_bytes": byte_counts[:, 1], "queued": counts[:, 2],
+                "running": counts[:, 3], "busy_share": _view(self.sample_busy, 1)[:, 0]}
+
+
+def _view(values: array, width: int) -> np.ndarray:
+    """An array's values as a (rows, width) numpy table of the same type, without copying them."""
+    dtype = {"i": np.int32, "q": np.int64, "d": np.float64}[values.typecode]
+    if not len(values):
+        return np.zeros((0, width), dtype)
+    return np.frombuffer(values, dtype=dtype).reshape(-1, width)

@@ -31,22 +31,24 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
 
     The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk."""
     costs = engine.costs[model]
-    gpu.cut_window()  # settle a fast-forward window so the memory check sees now, not its start
-    if engine.footprint_bytes(model, gpu_share) > gpu.free_bytes() - gpu.in_flight_bytes():
+    shards = engine.shard_group(model, gpu)
+    spans = shards or [gpu]
+    if not spans or not _fits(engine, model, gpu_share, spans, shards):
         return None
+    gpu = spans[0]
     env = engine.env
     engine.progress.loaded(engine.model_names[model], env.now)
     instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config,
-                        engine.reserve_bytes[model])
-    gpu.instances.append(instance)
-    gpu.evict_idle_cache()  # other instances' idle cached prefixes counted as free memory: the weights take it
+                        engine.reserve_bytes[model], engine.shard_weight_bytes(model, gpu_share),
+                        engine.block_bytes(model), shards)
+    for shard in spans:
+        shard.instances.append(instance)
+        shard.evict_idle_cache()  # other instances' idle cached prefixes counted as free memory: the weights take it
     engine.instances.append(instance)
     engine.instances_by_model[model].append(instance)
     node = engine.nodes[gpu.node]
-    from_host = model in node.host_weights
-    seconds = costs.reload_s(gpu_share, from_host)
-    channel = "host_to_device" if from_host else "disk"
-    total = node.transfer(env.now, seconds, channel)
+    from_host = all(model in engine.nodes[n].host_weights for n in {shard.node for shard in spans})
+    total = _book_weights(engine, costs, gpu_share, spans, from_host)
     engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total,
                           detail=f"share={gpu_share:g} from={'host' if from_host else 'disk'}")
     prefixes: list[int] = []
@@ -60,6 +62,36 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
         total = max(total, restore_s)
     env.process(_finish_load(engine, instance, total, prefixes))
     return instance
+
+
+def _fits(engine: Engine, model: int, gpu_share: float, spans: list[Gpu], shards: list[Gpu] | None) -> bool:
+    """Whether ``model``'s weights fit on every GPU it would span, beside instances it can share them with: a
+    tensor- or pipeline-parallel instance shares its GPUs only with instances spanning exactly the same ones."""
+    footprint = engine.footprint_bytes(model, gpu_share)
+    for shard in spans:
+        if any(other.shards != shards for other in shard.instances):
+            return False
+        shard.cut_window()  # settle a fast-forward window so the memory check sees now, not its start
+        if footprint > shard.free_bytes() - shard.in_flight_bytes():
+            return False
+    return True
+
+
+def _book_weights(engine: Engine, costs, gpu_share: float, spans: list[Gpu], from_host: bool) -> float:
+    """Book the weight transfer of a load on the nodes it spans; returns the seconds until all of it is in.
+
+    Each node reads its share of the weights. From disk a node's share takes its share of the one-GPU
+    reload time (the node's disk is one channel); from host RAM each GPU's shard comes over its own link
+    at once, which is the reload time divided by the number of shards."""
+    seconds = costs.reload_s(gpu_share, from_host)
+    channel = "host_to_device" if from_host else "disk"
+    now = engine.env.now
+    total = 0.0
+    for node_index in sorted({shard.node for shard in spans}):
+        on_node = sum(1 for shard in spans if shard.node == node_index)
+        share = 1.0 / len(spans) if from_host else on_node / len(spans)
+        total = max(total, engine.nodes[node_index].transfer(now, seconds * share, channel))
+    return total
 
 
 def _finish_load(engine: Engine, instance: Instance, seconds: float, prefixes: list[int]) -> Generator[simpy.Event, None, None]:
@@ -136,11 +168,16 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
         if _paused(request) and request.preempted_at_s == now:
             request.add_loss("unload", unload_s)
             request.pause_charged += unload_s
+    spans = instance.shards or [gpu]
     if keep_on_host:
-        engine.nodes[gpu.node].cache_weights(instance.model, instance.costs.weight_bytes())
-    gpu.instances.remove(instance)
+        for node_index in sorted({shard.node for shard in spans}):  # each node keeps its shards' share
+            on_node = sum(1 for shard in spans if shard.node == node_index)
+            engine.nodes[node_index].cache_weights(instance.model, instance.costs.weight_bytes() * on_node // len(spans))
+    for shard in spans:
+        shard.instances.remove(instance)
     engine.instances.remove(instance)
     engine.instances_by_model[instance.model].remove(instance)
     instance.status = "gone"
-    gpu.kick()
+    for shard in spans:
+        shard.kick()
     engine.policy.on_unloaded(instance, engine.view)

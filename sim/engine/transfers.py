@@ -26,13 +26,13 @@ class Node:
         self.free_at[channel] = start + seconds
         return start + seconds - now
 
-    def _host_free_bytes(self) -> int:
+    def host_free_bytes(self) -> int:
         return (self.host_memory_bytes - self.host_kv_bytes - sum(self.host_weights.values())
                 - sum(held for _, held in self.host_prefixes.values()))
 
     def reserve_host(self, kv_bytes: int) -> bool:
         """Hold swapped KV in host RAM if it fits next to cached weights."""
-        if kv_bytes > self._host_free_bytes():
+        if kv_bytes > self.host_free_bytes():
             return False
         self.host_kv_bytes += kv_bytes
         return True
@@ -41,7 +41,7 @@ class Node:
         """Keep a model's weights in host RAM (a policy's choice at unload) if they fit."""
         if model in self.host_weights:
             return True
-        if weight_bytes > self._host_free_bytes():
+        if weight_bytes > self.host_free_bytes():
             return False
         self.host_weights[model] = weight_bytes
         return True
@@ -50,7 +50,7 @@ class Node:
         """Hold a model's cached prefix blocks in host RAM (an LMCache-style CPU tier) if they fit beside
         what is there; a newer copy replaces an older one."""
         self.host_prefixes.pop(model, None)
-        if prefix_bytes > self._host_free_bytes():
+        if prefix_bytes > self.host_free_bytes():
             return False
         self.host_prefixes[model] = (keys, prefix_bytes)
         return True

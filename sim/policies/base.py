@@ -9,29 +9,43 @@ unload or preempt. It never changes engine state directly.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # a pure-Python install need not have mypy: the decorator only instructs mypyc
+    def mypyc_attr(*_attrs: str, **_kwattrs: object) -> Any:  # type: ignore[misc, no-redef]
+        return lambda cls: cls
+
+if TYPE_CHECKING:
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.policies.view import ClusterView
 
 HOT_HOOKS = ("route", "on_arrival", "on_step", "on_finish")
 """Hooks called for every request or step; a policy that keeps the default costs nothing there."""
 
 
-def latest_admitted(instance):
+def latest_admitted(instance: Instance) -> Request:
     """The request that joined ``instance``'s batch last (vLLM's ``running[-1]``): decoding or prefilling."""
     return max((*instance.running, *instance.prefilling), key=lambda request: request.admitted_seq)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     """Base class: FCFS queues, least-loaded routing, youngest-first recompute preemption.
 
     Subclasses set ``name`` and ``description`` and override the hooks they need.
     Parameters come from the scenario's ``policy.params`` as keyword arguments.
+
+    Compiled builds compile the built-in policies with the engine; a policy of one's own (a plain Python
+    subclass of this class or of a built-in) works the same in either build.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # The engine may skip waking a busy GPU for an arrival queued behind blocked FCFS
         # requests; a policy that reorders the waiting queue must always be woken.
@@ -42,7 +56,7 @@ class Policy:
     reorders_waiting: ClassVar[bool] = False
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.param_defaults())
         if unknown:
             raise ValueError(f"unknown parameter(s) {', '.join(sorted(unknown))}; "
@@ -51,24 +65,24 @@ class Policy:
             setattr(self, key, params.get(key, default))
 
     @classmethod
-    def param_defaults(cls) -> dict:
+    def param_defaults(cls) -> dict[str, Any]:
         """Parameters this policy accepts, with their defaults."""
         return {}
 
     # -- placement -------------------------------------------------------------------------------
-    def setup(self, view) -> None:
+    def setup(self, view: ClusterView) -> None:
         """Initial residency at time 0 (default: nothing loaded)."""
 
-    def route(self, request, view):
+    def route(self, request: Request, view: ClusterView) -> Instance | None:
         """The instance that should queue ``request`` now, or None to leave it pending for its model.
 
-        Default: the ready or loading instance of its model holding the fewest requests."""
-        return view.least_loaded(request.model)
+        Default: the scenario's routing rule (``routing.rule``; least-loaded unless it says otherwise)."""
+        return view.route(request)
 
-    def on_arrival(self, request, view) -> None:
+    def on_arrival(self, request: Request, view: ClusterView) -> None:
         """After routing: a chance to change residency (load, unload)."""
 
-    def on_instance_ready(self, instance, view) -> None:
+    def on_instance_ready(self, instance: Instance, view: ClusterView) -> None:
         """A load finished: by default, its model's pending requests are routed."""
         for request in list(view.pending(instance.model)):
             target = self.route(request, view)
@@ -76,10 +90,10 @@ class Policy:
                 view.assign(request, target)
 
     # -- batching and preemption ------------------------------------------------------------------
-    def order_waiting(self, instance, view) -> None:
+    def order_waiting(self, instance: Instance, view: ClusterView) -> None:
         """Reorder ``instance.waiting`` in place before admission (default: FCFS, as vLLM)."""
 
-    def choose_victim(self, instance, view):
+    def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         """The request to preempt when KV blocks run out, and how (``recompute`` or ``swap``).
 
         Default, as vLLM: the last request of the running batch, i.e. the most recently admitted one, even
@@ -87,14 +101,14 @@ class Policy:
         return latest_admitted(instance), view.config.preemption_mode
 
     # -- notifications ---------------------------------------------------------------------------
-    def on_step(self, instance, view) -> None:
+    def on_step(self, instance: Instance, view: ClusterView) -> None:
         """After each GPU step of ``instance``."""
 
-    def on_finish(self, request, instance, view) -> None:
+    def on_finish(self, request: Request, instance: Instance, view: ClusterView) -> None:
         """A request completed on ``instance``."""
 
-    def on_evicted(self, instance, requests, view) -> None:
+    def on_evicted(self, instance: Instance, requests: list[Request], view: ClusterView) -> None:
         """``instance`` is unloading; ``requests`` went back to their model's pending queue."""
 
-    def on_unloaded(self, instance, view) -> None:
+    def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         """``instance``'s memory is free again."""

@@ -12,63 +12,73 @@ the other swapping policies.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from sim.engine.kv import blocks_for
-from sim.policies.base import Policy, latest_admitted
+from sim.policies.base import Policy, latest_admitted, mypyc_attr
 from sim.policies.registry import register
 from sim.policies.static import static_placement
 
+if TYPE_CHECKING:
+    from sim.engine.gpu import Gpu
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.policies.view import ClusterView
 
-def initial_residency(view) -> None:
+
+def initial_residency(view: ClusterView) -> None:
     """Load as many models as fit at time 0 (the static packing), so the first arrivals find them."""
     by_index = {g.index: g for g in view.gpus}
     for model, gpu in static_placement(view):
         view.load(model, by_index[gpu])
 
 
-def oldest_pending(view):
+def oldest_pending(view: ClusterView) -> Request | None:
     """The earliest-arrived request that no instance holds, or None."""
-    heads = [view.pending(m)[0] for m in range(len(view.model_names)) if view.pending_count(m)]
-    return min(heads, key=lambda r: (r.arrival_s, r.id)) if heads else None
+    if not view.has_pending():
+        return None
+    heads = [head for head in map(view.pending_head, range(len(view.model_names))) if head is not None]
+    return min(heads, key=lambda r: (r.arrival_s, r.id))
 
 
-def held_requests(instance) -> list:
+def held_requests(instance: Instance) -> list[Request]:
     """Every request ``instance`` holds: running, prefilling, waiting and swapped."""
     return [*instance.running, *instance.prefilling, *instance.waiting, *instance.swapped]
 
 
-def oldest_held(instance) -> tuple[float, int]:
+def oldest_held(instance: Instance) -> tuple[float, int]:
     """(arrival, id) of the oldest request ``instance`` holds; infinitely late when it holds none."""
     return min(((r.arrival_s, r.id) for r in held_requests(instance)), default=(float("inf"), 0))
 
 
-def holds_older(instance, request) -> bool:
+def holds_older(instance: Instance, request: Request) -> bool:
     """Whether ``instance`` holds a request that arrived before ``request`` (which then may not evict it)."""
     return oldest_held(instance) < (request.arrival_s, request.id)
 
 
-def is_moving(gpu) -> bool:
+def is_moving(gpu: Gpu) -> bool:
     """A load or unload is in flight on this GPU (its memory picture is about to change)."""
     return any(i.status in ("loading", "draining") for i in gpu.instances)
 
 
-def live_instances(gpu) -> list:
+def live_instances(gpu: Gpu) -> list[Instance]:
     return [i for i in gpu.instances if i.status in ("ready", "loading")]
 
 
-def start_blocks(request, block_size: int) -> int:
+def start_blocks(request: Request, block_size: int) -> int:
     """KV blocks ``request`` needs to start: its prompt (or the tokens it recomputes) plus the token it adds,
     or, swapped out, its cache coming back and the token it decodes in the step that brings it back."""
     tokens = request.context_tokens if request.state == "swapped" else request.prefill_target
     return blocks_for(tokens + 1, block_size)
 
 
-def start_bytes(view, request) -> int:
+def start_bytes(view: ClusterView, request: Request) -> int:
     """KV bytes ``request`` needs to start (:func:`start_blocks`): a model loaded next to others must leave this much."""
     size = view.config.block_size
     return start_blocks(request, size) * size * view.costs(request.model).kv_bytes_per_token
 
 
-def kv_reserve_bytes(gpu, reserve_bytes: float, leaving=None) -> float:
+def kv_reserve_bytes(gpu: Gpu, reserve_bytes: float, leaving: Instance | None = None) -> float:
     """KV room a load onto ``gpu`` must leave: ``reserve_bytes`` when other instances stay there (0 on an empty GPU).
 
     Two models packed with no KV room between them can each hold queued work that neither can start.
@@ -77,7 +87,7 @@ def kv_reserve_bytes(gpu, reserve_bytes: float, leaving=None) -> float:
     return reserve_bytes if staying else 0.0
 
 
-def gpu_with_room(view, model: int, gpu_share: float = 1.0, reserve_bytes: float = 0.0):
+def gpu_with_room(view: ClusterView, model: int, gpu_share: float = 1.0, reserve_bytes: float = 0.0) -> Gpu | None:
     """A GPU whose free memory already holds the model's weights and the KV reserve (most free memory first), or None."""
     need = view.footprint_bytes(model, gpu_share)
     for gpu in view.gpus:
@@ -88,7 +98,8 @@ def gpu_with_room(view, model: int, gpu_share: float = 1.0, reserve_bytes: float
     return max(fitting, key=lambda g: (room[g.index], -g.index)) if fitting else None
 
 
-def eviction_group(view, model: int, candidates: list, reserve_bytes: float = 0.0) -> list | None:
+def eviction_group(view: ClusterView, model: int, candidates: list[Instance],
+                   reserve_bytes: float = 0.0) -> list[Instance] | None:
     """The first of ``candidates`` (instances on one GPU, in the order given) whose unloading leaves room there for
     ``model``'s footprint and the KV reserve, or None when even all of them do not.
 
@@ -108,19 +119,19 @@ def eviction_group(view, model: int, candidates: list, reserve_bytes: float = 0.
     return None
 
 
-def head_blocks(instance) -> int:
+def head_blocks(instance: Instance) -> int:
     """KV blocks the next queued request of ``instance`` needs to start (0 when nothing is queued)."""
     queue = instance.swapped or instance.waiting  # swapped requests come back before any waiting one starts
     return start_blocks(queue[0], instance.config.block_size) if queue else 0
 
 
-def stuck(instance) -> bool:
+def stuck(instance: Instance) -> bool:
     """Ready, running nothing, and holding queued work whose next request cannot get its KV blocks."""
     return (instance.status == "ready" and not instance.running and not instance.prefilling
             and 0 < head_blocks(instance) > instance.free_blocks())
 
 
-def unblock(view, gpu) -> None:
+def unblock(view: ClusterView, gpu: Gpu) -> None:
     """Free KV room on ``gpu`` while a queued request there cannot get its blocks.
 
     Idle co-resident instances are unloaded first: without this an idle model's weights could keep a busy
@@ -130,7 +141,8 @@ def unblock(view, gpu) -> None:
     """
     view.sync(gpu)
     for instance in gpu.instances:
-        view.order_waiting(instance)  # the head admission will try next is the one that must fit
+        if len(instance.waiting) > 1:  # asked on every arrival and finish: a queue of one is in order
+            view.order_waiting(instance)  # the head admission will try next is the one that must fit
     for instance in list(gpu.instances):
         if instance.status != "ready" or instance.running or instance.prefilling:
             continue
@@ -147,13 +159,15 @@ def unblock(view, gpu) -> None:
             return
 
 
-def youngest_victim(instance, view):
+def youngest_victim(instance: Instance, view: ClusterView) -> tuple[Request, str]:
     """The engine's default victim (the most recently admitted request, the scenario's preemption mode).
 
-    When it is the last running request, the instance may be left with queued work
-    it cannot fit next to an idle neighbour; re-check that right after the preemption.
+    When it is the last running request, or a prefill whose next chunk found no blocks
+    while nothing decodes, the instance may be left with queued work it cannot fit next
+    to an idle neighbour (loaded, say, while only the prefill's first chunk held blocks);
+    re-check that right after the preemption.
     """
-    if len(instance.running) == 1:
+    if len(instance.running) <= 1:
         gpu = instance.gpu
         view.call_at(view.now, lambda v: unblock(v, gpu))
     return latest_admitted(instance), view.config.preemption_mode
@@ -162,16 +176,16 @@ def youngest_victim(instance, view):
 class Rechecks:
     """Policy timers that re-run a decision at a later time: at most one outstanding per key, the earliest wins."""
 
-    def __init__(self):
-        self.due_s: dict = {}
+    def __init__(self) -> None:
+        self.due_s: dict[object, float] = {}
 
-    def at(self, view, key, time_s: float, decide) -> None:
+    def at(self, view: ClusterView, key: object, time_s: float, decide: Callable[[ClusterView], object]) -> None:
         """Call ``decide(view)`` at ``time_s`` unless an earlier re-check for ``key`` is already due."""
         if view.now < self.due_s.get(key, float("inf")) <= time_s:
             return
         self.due_s[key] = time_s
 
-        def fire(fired_view):
+        def fire(fired_view: ClusterView) -> None:
             if self.due_s.get(key) == time_s:
                 del self.due_s[key]
                 decide(fired_view)
@@ -179,7 +193,7 @@ class Rechecks:
         view.call_at(time_s, fire)
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FcfsSwapPolicy(Policy):
     """Serve the global FIFO head; if its model is absent, evict the least recently used instance and load it.
 
@@ -197,48 +211,50 @@ class FcfsSwapPolicy(Policy):
     name = "fcfs-swap"
     description = "Global FIFO; swap the head request's model in by evicting the LRU instance (naive, thrashes)."
 
+    min_residency_s: Any  # each parameter as the scenario gives it (sim.policies.registry.check_params checked it)
+
     @classmethod
-    def param_defaults(cls) -> dict:
+    def param_defaults(cls) -> dict[str, Any]:
         return {"min_residency_s": 0.5}
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.last_used_s: dict[int, float] = {}
         self.rechecks = Rechecks()
 
-    def setup(self, view) -> None:
+    def setup(self, view: ClusterView) -> None:
         initial_residency(view)
 
-    def route(self, request, view):
-        target = view.least_loaded(request.model)
+    def route(self, request: Request, view: ClusterView) -> Instance | None:
+        target = view.route(request)
         if target is not None:
             self.last_used_s[target.uid] = view.now
         return target
 
-    def on_arrival(self, request, view) -> None:
+    def on_arrival(self, request: Request, view: ClusterView) -> None:
         if request.instance is not None:
             unblock(view, request.instance.gpu)
         self.schedule(view)
 
-    def on_finish(self, request, instance, view) -> None:
+    def on_finish(self, request: Request, instance: Instance, view: ClusterView) -> None:
         self.last_used_s[instance.uid] = view.now
         unblock(view, instance.gpu)
         self.schedule(view)
 
-    def choose_victim(self, instance, view):
+    def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         return youngest_victim(instance, view)
 
-    def on_instance_ready(self, instance, view) -> None:
+    def on_instance_ready(self, instance: Instance, view: ClusterView) -> None:
         super().on_instance_ready(instance, view)
         unblock(view, instance.gpu)
         self.last_used_s[instance.uid] = view.now
         self.schedule(view)
 
-    def on_unloaded(self, instance, view) -> None:
+    def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         self.last_used_s.pop(instance.uid, None)
         self.schedule(view)
 
-    def schedule(self, view) -> None:
+    def schedule(self, view: ClusterView) -> None:
         """Bring the FIFO head's model in: into free memory if it fits, else in place of the LRU instance."""
         head = oldest_pending(view)
         if head is None or view.instances_of(head.model):
@@ -267,3 +283,5 @@ class FcfsSwapPolicy(Policy):
         for victim in group:
             view.unload(victim, mode="swap")
 
+
+register(FcfsSwapPolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

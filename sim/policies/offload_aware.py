@@ -19,30 +19,43 @@ non-linearly and differently per model, and that long outputs suffer most
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from sim.policies.base import mypyc_attr
 from sim.policies.registry import register
 from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
 
+if TYPE_CHECKING:
+    from sim.engine.gpu import Gpu
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.policies.view import ClusterView
 
-@register
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class OffloadAwarePolicy(SwapAwarePolicy):
     name = "offload-aware"
     description = "Co-locate short-output models by partial CPU offload when the slowdown is mild; long requests get full residency."
 
+    # Each parameter as the scenario gives it (sim.policies.registry.check_params checked it).
+    short_output_tokens: Any
+    max_slowdown: Any
+    min_gpu_share: Any
+
     @classmethod
-    def param_defaults(cls) -> dict:
+    def param_defaults(cls) -> dict[str, Any]:
         return {**super().param_defaults(), "short_output_tokens": 256, "max_slowdown": 1.4,
                 "min_gpu_share": 0.5, "kv_reserve_tokens": 4096}
 
-    def is_long(self, request) -> bool:
+    def is_long(self, request: Request) -> bool:
         return request.predicted_output_tokens > self.short_output_tokens
 
-    def route(self, request, view):
-        instances = view.instances_of(request.model)
-        if self.is_long(request):
-            instances = [i for i in instances if i.gpu_share >= 1.0]
-        return view.least_loaded(request.model, instances)
+    def route(self, request: Request, view: ClusterView) -> Instance | None:
+        if not self.is_long(request):
+            return view.route(request)  # any ready or loading instance, offloaded ones included
+        return view.route(request, [i for i in view.instances_of(request.model) if i.gpu_share >= 1.0])
 
-    def candidates(self, view) -> list[int]:
+    def candidates(self, view: ClusterView) -> list[int]:
         """Models with pending requests and no instance able to take them (absent, or only offloaded copies for long requests)."""
         def blocked(model: int) -> bool:
             if not view.pending_count(model):
@@ -53,7 +66,7 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         models = [m for m in range(len(view.model_names)) if blocked(m)]
         return sorted(models, key=lambda m: (-pending_gain_s(view, m), m))
 
-    def place_in_free_memory(self, view, model: int) -> bool:
+    def place_in_free_memory(self, view: ClusterView, model: int) -> bool:
         if super().place_in_free_memory(view, model):
             return True
         pending = view.pending(model)
@@ -67,7 +80,7 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         slowdown = costs.decode_step_s(1, context, share) / costs.decode_step_s(1, context, 1.0)
         return slowdown <= self.max_slowdown and view.load(model, gpu, gpu_share=share) is not None
 
-    def best_partial_share(self, view, model: int) -> tuple[float, object]:
+    def best_partial_share(self, view: ClusterView, model: int) -> tuple[float, Gpu | None]:
         """The largest layer share (whole layers, ≥ ``min_gpu_share``) that fits a free gap with KV room, and that GPU."""
         costs = view.costs(model)
         reserve = self.kv_reserve_tokens * costs.kv_bytes_per_token
@@ -84,3 +97,6 @@ class OffloadAwarePolicy(SwapAwarePolicy):
                     best_share, best_gpu = share, gpu
                     break
         return best_share, best_gpu
+
+
+register(OffloadAwarePolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

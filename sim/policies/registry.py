@@ -11,7 +11,7 @@ from pathlib import Path
 from sim.errors import MmsimError
 
 _REGISTRY: dict[str, type] = {}
-BUILTIN_MODULES = ("static", "fcfs_swap", "time_slice", "swap_aware", "offload_aware", "slo_aware")
+BUILTIN_MODULES = ("static", "fcfs_swap", "time_slice", "swap_aware", "offload_aware", "slo_aware", "prefix_swap_aware")
 
 
 def register(cls: type) -> type:

@@ -14,6 +14,8 @@ slack: the time left until its predicted last token is due
 (``first_token_s + tpot_s × predicted_output_tokens``) minus the time its
 predicted remaining tokens need at the current step time. Its KV is swapped
 to host RAM (the paper: ~1% of the cost of a model swap), not recomputed.
+When only prefills hold blocks, the one admitted last goes, as in vLLM (its
+KV is incomplete: it is recomputed).
 
 Residency follows ``swap-aware``, except that among absent models the one
 with the most requests still able to meet their TTFT after a reload is
@@ -23,31 +25,40 @@ considered first.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
-from sim.policies.fcfs_swap import unblock
+from sim.policies.base import mypyc_attr
+from sim.policies.fcfs_swap import unblock, youngest_victim
 from sim.policies.registry import register
 from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
+
+if TYPE_CHECKING:
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.policies.view import ClusterView
 
 INF = float("inf")
 
 
-def deadline_s(request, slo) -> float:
+def deadline_s(request: Request, slo: Any) -> float:
     """When the request's next due token is due under its SLO (inf when the SLO sets no bound)."""
     if math.isnan(request.first_token_s):
         return request.arrival_s + slo.ttft_s if slo.ttft_s else INF
     return request.first_token_s + slo.tpot_s * request.generated if slo.tpot_s else INF
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SloAwarePolicy(SwapAwarePolicy):
     name = "slo-aware"
     description = "Earliest-deadline-first admission from TTFT/TPOT SLOs, preempt the request with most slack (KV swap)."
 
-    def order_waiting(self, instance, view) -> None:
+    def order_waiting(self, instance: Instance, view: ClusterView) -> None:
+        if len(instance.waiting) < 2:
+            return  # the usual case at an admission: nothing to reorder
         slo = view.slo(instance.model)
         now = view.now
 
-        def key(request):
+        def key(request: Request) -> tuple[bool, float, int]:
             due = deadline_s(request, slo)
             return (due < now, due, request.id)
 
@@ -55,11 +66,13 @@ class SloAwarePolicy(SwapAwarePolicy):
         instance.waiting.clear()
         instance.waiting.extend(ordered)
 
-    def choose_victim(self, instance, view):
+    def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
+        if not instance.running:  # only prefills hold blocks (a later chunk found none): the latest, recomputed
+            return youngest_victim(instance, view)
         slo = view.slo(instance.model)
         step_s = instance.costs.decode_step_s(len(instance.running), instance.context_tokens, instance.gpu_share)
 
-        def slack_s(position_request):
+        def slack_s(position_request: tuple[int, Request]) -> tuple[float, int]:
             position, request = position_request
             if not slo.tpot_s or math.isnan(request.first_token_s):
                 return (INF, position)
@@ -73,7 +86,7 @@ class SloAwarePolicy(SwapAwarePolicy):
             view.call_at(view.now, lambda v: unblock(v, gpu))
         return victim, "swap"
 
-    def candidates(self, view) -> list[int]:
+    def candidates(self, view: ClusterView) -> list[int]:
         """Absent models with pending requests: most requests that can still meet their TTFT after a reload first."""
         absent = [m for m in range(len(view.model_names)) if view.pending_count(m) and not view.instances_of(m)]
 
@@ -83,3 +96,6 @@ class SloAwarePolicy(SwapAwarePolicy):
             return sum(1 for r in view.pending(model) if deadline_s(r, slo) >= ready_by)
 
         return sorted(absent, key=lambda m: (-savable(m), -pending_gain_s(view, m), m))
+
+
+register(SloAwarePolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

@@ -2,31 +2,51 @@
 
 from __future__ import annotations
 
-from sim.policies.base import Policy
+from typing import TYPE_CHECKING
+
+from sim.policies.base import Policy, mypyc_attr
 from sim.policies.registry import register
+
+if TYPE_CHECKING:
+    from sim.policies.view import ClusterView
 
 
 KV_RESERVE_SHARE = 0.2
 """A pod packed next to another must leave this share of the GPU for KV caches."""
 
 
-def static_placement(view) -> list[tuple[int, int]]:
+def static_placement(view: ClusterView) -> list[tuple[int, int]]:
     """(model, gpu) pairs: explicit ``gpus`` from the scenario first, then GPUs shared out by demand.
 
     With at least as many GPUs as models, every model gets one GPU and spare GPUs go to
     the models with the most expected demand (mix share per GPU). With fewer, models are
     placed in order of demand on the GPU with the most free memory: alone on an empty GPU
     if their weights fit, or next to others if ``KV_RESERVE_SHARE`` of the GPU stays free
-    for KV. Models that fit nowhere are not served, as with a fixed pod layout.
+    for KV. Models that fit nowhere are not served, as with a fixed pod layout. A model whose instances span
+    several GPUs (tensor or pipeline parallel) takes, per instance, the first whole aligned group of free GPUs.
     """
     gpus = list(view.gpus)
     models = range(len(view.model_names))
-    pairs, taken = [], set()
+    pairs: list[tuple[int, int]] = []
+    taken: set[int] = set()
     for model in models:
+        size = view.gpus_per_instance(model)
         for index in view.placement(model).get("gpus") or []:
             pairs.append((model, index))
-            taken.add(index)
-    unplaced = [m for m in models if not view.placement(m).get("gpus")]
+            first = index - index % size
+            taken.update(range(first, first + size))
+    for model in models:
+        size = view.gpus_per_instance(model)
+        if size == 1 or view.placement(model).get("gpus"):
+            continue
+        replicas = view.placement(model).get("replicas")
+        for _ in range(replicas if isinstance(replicas, int) and replicas > 0 else 1):
+            first = next((f for f in range(0, len(gpus) - size + 1, size) if not taken & set(range(f, f + size))), None)
+            if first is None:
+                break
+            pairs.append((model, first))
+            taken.update(range(first, first + size))
+    unplaced = [m for m in models if not view.placement(m).get("gpus") and view.gpus_per_instance(m) == 1]
     demand = {m: view.placement(m).get("demand", 1.0) for m in unplaced}
     free = [g.index for g in gpus if g.index not in taken]
     if len(free) >= len(unplaced):
@@ -52,12 +72,15 @@ def static_placement(view) -> list[tuple[int, int]]:
     return pairs
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class StaticPolicy(Policy):
     name = "static"
     description = "Dedicated GPUs per model, FCFS, no swapping: today's one-pod-per-GPU baseline."
 
-    def setup(self, view) -> None:
+    def setup(self, view: ClusterView) -> None:
         by_index = {g.index: g for g in view.gpus}
         for model, gpu in static_placement(view):
             view.load(model, by_index[gpu], view.placement(model).get("gpu_share", 1.0))
+
+
+register(StaticPolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

@@ -52,13 +52,20 @@ changes only with time, so fast-forward and per-iteration runs agree.
 
 from __future__ import annotations
 
-from sim.policies.base import Policy
+from typing import TYPE_CHECKING, Any
+
+from sim.policies.base import Policy, mypyc_attr
 from sim.policies.fcfs_swap import (Rechecks, eviction_group, gpu_with_room, held_requests, start_bytes, unblock,
                                     youngest_victim)
 from sim.policies.registry import register
 
+if TYPE_CHECKING:
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.policies.view import ClusterView
 
-def drain_s(view, instance) -> float:
+
+def drain_s(view: ClusterView, instance: Instance) -> float:
     """Predicted seconds until everything ``instance`` holds has finished, at its current batch's step time."""
     held = held_requests(instance)
     if not held:
@@ -69,7 +76,7 @@ def drain_s(view, instance) -> float:
     return remaining * step_s
 
 
-def pending_gain_s(view, model: int) -> float:
+def pending_gain_s(view: ClusterView, model: int) -> float:
     """Request-seconds a load of ``model`` unlocks: predicted service of its pending requests plus their wait so far."""
     costs = view.costs(model)
     gain = 0.0
@@ -79,109 +86,121 @@ def pending_gain_s(view, model: int) -> float:
     return gain
 
 
-def unloading(view) -> bool:
+def unloading(view: ClusterView) -> bool:
     """An unload is in flight: memory is about to be freed, and its completion re-plans."""
     return any(i.status == "draining" for i in view.instances())
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SwapAwarePolicy(Policy):
     name = "swap-aware"
+    keeps_prefix_cache = False  # whether an unload keeps the instance's prefix cache in host RAM
     description = ("Swap a model in only when its waiting work pays for the (model, GPU) swap penalty; idle victims first, "
                    "shortest predicted output first with aging.")
 
+    # Each parameter as the scenario gives it (sim.policies.registry.check_params checked it).
+    benefit_ratio: Any
+    min_residency_s: Any
+    recheck_s: Any
+    aging_tokens_per_s: Any
+    kv_reserve_tokens: Any
+    keep_weights_on_host: Any
+
     @classmethod
-    def param_defaults(cls) -> dict:
+    def param_defaults(cls) -> dict[str, Any]:
         return {"benefit_ratio": 16.0, "min_residency_s": 20.0, "recheck_s": 1.0, "aging_tokens_per_s": 0.5,
                 "kv_reserve_tokens": 4096, "keep_weights_on_host": False}
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.rechecks = Rechecks()
         # Last time a request was routed to or finished on an instance: the same moments in
         # fast-forward and per-iteration mode, unlike step times.
         self.last_used_s: dict[int, float] = {}
 
-    def setup(self, view) -> None:
+    def setup(self, view: ClusterView) -> None:
         # As many models resident as fit, smallest first: every model kept resident is a reload
         # its first requests do not wait for, and small models take the least memory each.
         for model in sorted(range(len(view.model_names)), key=lambda m: (view.costs(m).weight_bytes(), m)):
             self.load_full(view, model)
 
-    def route(self, request, view):
-        target = view.least_loaded(request.model)
+    def route(self, request: Request, view: ClusterView) -> Instance | None:
+        target = view.route(request)
         if target is not None:
             self.last_used_s[target.uid] = view.now
         return target
 
-    def order_waiting(self, instance, view) -> None:
+    def order_waiting(self, instance: Instance, view: ClusterView) -> None:
+        if len(instance.waiting) < 2:
+            return  # the usual case at an admission: nothing to reorder
         now = view.now
         ordered = sorted(instance.waiting, key=lambda r: (r.predicted_output_tokens - self.aging_tokens_per_s * (now - r.arrival_s),
                                                            r.arrival_s, r.id))
         instance.waiting.clear()
         instance.waiting.extend(ordered)
 
-    def on_arrival(self, request, view) -> None:
+    def on_arrival(self, request: Request, view: ClusterView) -> None:
         if request.instance is None:  # not routed: its model has no instance that takes it
             self.plan(view)
         else:
             unblock(view, request.instance.gpu)
 
-    def on_finish(self, request, instance, view) -> None:
+    def on_finish(self, request: Request, instance: Instance, view: ClusterView) -> None:
         self.last_used_s[instance.uid] = view.now
         unblock(view, instance.gpu)
-        if any(view.pending_count(m) for m in range(len(view.model_names))):
+        if view.has_pending():
             self.plan(view)
 
-    def choose_victim(self, instance, view):
+    def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         return youngest_victim(instance, view)
 
-    def on_instance_ready(self, instance, view) -> None:
+    def on_instance_ready(self, instance: Instance, view: ClusterView) -> None:
         super().on_instance_ready(instance, view)
         self.last_used_s[instance.uid] = view.now
         unblock(view, instance.gpu)
         self.plan(view)
 
-    def on_unloaded(self, instance, view) -> None:
+    def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         self.last_used_s.pop(instance.uid, None)
         self.plan(view)
 
     # -- the decision ------------------------------------------------------------------------------
-    def candidates(self, view) -> list[int]:
+    def candidates(self, view: ClusterView) -> list[int]:
         """Absent models with pending requests, most gain first."""
         absent = [m for m in range(len(view.model_names)) if view.pending_count(m) and not view.instances_of(m)]
         return sorted(absent, key=lambda m: (-pending_gain_s(view, m), m))
 
-    def load_full(self, view, model: int) -> bool:
+    def load_full(self, view: ClusterView, model: int) -> bool:
         """Load all of ``model`` where its weights and KV reserve already fit (costs no eviction); whether it did."""
         gpu = gpu_with_room(view, model, reserve_bytes=self.kv_reserve_bytes(view, model))
         return gpu is not None and view.load(model, gpu) is not None
 
-    def place_in_free_memory(self, view, model: int) -> bool:
+    def place_in_free_memory(self, view: ClusterView, model: int) -> bool:
         """Bring ``model`` in without evicting anything; whether it did."""
         return self.load_full(view, model)
 
-    def kv_reserve_bytes(self, view, model: int) -> float:
+    def kv_reserve_bytes(self, view: ClusterView, model: int) -> float:
         """KV room ``model`` needs next to other models: ``kv_reserve_tokens`` of its own cache, and at least what
         its oldest pending request needs to start."""
         pending = view.pending(model)
         head = start_bytes(view, pending[0]) if pending else 0
         return max(self.kv_reserve_tokens * view.costs(model).kv_bytes_per_token, head)
 
-    def eviction_cost_s(self, view, victim) -> float:
+    def eviction_cost_s(self, view: ClusterView, victim: Instance) -> float:
         held = len(held_requests(victim))
         if held == 0:
             return victim.costs.unload_s(victim.gpu_share)
         # Each held request is paused for the unload, the newcomer's minimum residency and the reload.
         return held * (victim.costs.swap_penalty_s() + self.min_residency_s)
 
-    def victims_for(self, view, model: int) -> tuple[list | None, float]:
+    def victims_for(self, view: ClusterView, model: int) -> tuple[list[Instance] | None, float]:
         """The instances to evict for ``model`` (see the module rule; usually one, several on one GPU when no single
         one makes room), and the earliest time a busy one not yet eligible may become so."""
-        groups, wait_until = [], float("inf")
+        groups: list[tuple[int, float, int, float, int, list[Instance]]] = []
+        wait_until = float("inf")
         reserve = self.kv_reserve_bytes(view, model)
         for gpu in view.gpus:
-            eligible = []
+            eligible: list[tuple[Any, ...]] = []  # idle (0, ...) before busy (1, ...): see the module's victim rule
             for instance in gpu.instances:
                 if instance.status != "ready":
                     continue
@@ -205,15 +224,15 @@ class SwapAwarePolicy(Policy):
             return None, wait_until
         return min(groups, key=lambda entry: entry[:5])[5], wait_until
 
-    def group_cost_s(self, view, victims: list) -> float:
+    def group_cost_s(self, view: ClusterView, victims: list[Instance]) -> float:
         return sum(self.eviction_cost_s(view, victim) for victim in victims)
 
-    def pays_for(self, view, model: int, victims: list) -> bool:
+    def pays_for(self, view: ClusterView, model: int, victims: list[Instance]) -> bool:
         """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties."""
         cost_s = view.costs(model).reload_s() * view.pending_count(model) + self.group_cost_s(view, victims)
         return pending_gain_s(view, model) >= self.benefit_ratio * cost_s
 
-    def plan(self, view) -> None:
+    def plan(self, view: ClusterView) -> None:
         """Load absent models into free memory or in place of idle instances; swap one in for a busy one when it pays."""
         waiting = False
         for model in self.candidates(view):
@@ -228,9 +247,13 @@ class SwapAwarePolicy(Policy):
                 continue
             if not any(v.has_work for v in victims) or self.pays_for(view, model, victims):
                 for victim in victims:
-                    view.unload(victim, mode="swap", keep_on_host=self.keep_weights_on_host)
+                    view.unload(victim, mode="swap", keep_on_host=self.keep_weights_on_host,
+                                keep_prefix_cache=self.keeps_prefix_cache)
                 return
             waiting = True
         if waiting:
             # The gain grows as requests wait: look again shortly.
             self.rechecks.at(view, "plan", view.now + self.recheck_s, self.plan)
+
+
+register(SwapAwarePolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

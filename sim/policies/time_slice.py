@@ -15,12 +15,20 @@ every quantum regardless of how much work either model has.
 
 from __future__ import annotations
 
-from sim.policies.base import Policy
+from typing import TYPE_CHECKING, Any
+
+from sim.policies.base import Policy, mypyc_attr
 from sim.policies.fcfs_swap import Rechecks, is_moving, live_instances, start_bytes, unblock, youngest_victim
 from sim.policies.registry import register
 
+if TYPE_CHECKING:
+    from sim.engine.gpu import Gpu
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.policies.view import ClusterView
 
-def home_groups(view) -> dict[int, list[int]]:
+
+def home_groups(view: ClusterView) -> dict[int, list[int]]:
     """GPU index → models rotating on it: heaviest model first, each to the GPU with least weight so far."""
     load_bytes = {g.index: 0 for g in view.gpus}
     groups: dict[int, list[int]] = {g.index: [] for g in view.gpus}
@@ -37,23 +45,25 @@ def home_groups(view) -> dict[int, list[int]]:
     return groups
 
 
-@register
+@mypyc_attr(allow_interpreted_subclasses=True)
 class TimeSlicePolicy(Policy):
     name = "time-slice"
     description = "Each GPU rotates its group of models with a fixed quantum, swapping KV out at quantum end."
 
+    quantum_s: Any  # as the scenario gives it (sim.policies.registry.check_params checked it)
+
     @classmethod
-    def param_defaults(cls) -> dict:
+    def param_defaults(cls) -> dict[str, Any]:
         return {"quantum_s": 5.0}
 
-    def __init__(self, **params):
+    def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.groups: dict[int, list[int]] = {}
-        self.home: dict[int, object] = {}
+        self.home: dict[int, Gpu] = {}
         self.cursor: dict[int, int] = {}
         self.rechecks = Rechecks()
 
-    def setup(self, view) -> None:
+    def setup(self, view: ClusterView) -> None:
         self.groups = home_groups(view)
         by_index = {g.index: g for g in view.gpus}
         for index, models in self.groups.items():
@@ -65,36 +75,38 @@ class TimeSlicePolicy(Policy):
                     break
                 self.cursor[index] = position
 
-    def route(self, request, view):
-        return view.least_loaded(request.model)
+    def route(self, request: Request, view: ClusterView) -> Instance | None:
+        return view.route(request)
 
-    def on_arrival(self, request, view) -> None:
+    def on_arrival(self, request: Request, view: ClusterView) -> None:
         if request.instance is not None:
             unblock(view, request.instance.gpu)
         gpu = self.home.get(request.model)
         if gpu is not None:
             self.rotate(view, gpu)
 
-    def on_finish(self, request, instance, view) -> None:
+    def on_finish(self, request: Request, instance: Instance, view: ClusterView) -> None:
         unblock(view, instance.gpu)
         if not instance.has_work:
             self.rotate(view, instance.gpu)
 
-    def choose_victim(self, instance, view):
+    def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         return youngest_victim(instance, view)
 
-    def on_instance_ready(self, instance, view) -> None:
+    def on_instance_ready(self, instance: Instance, view: ClusterView) -> None:
         super().on_instance_ready(instance, view)
         unblock(view, instance.gpu)
         gpu = instance.gpu
         self.rechecks.at(view, gpu.index, view.now + self.quantum_s, lambda v: self.rotate(v, gpu))
 
-    def on_unloaded(self, instance, view) -> None:
+    def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         self.rotate(view, instance.gpu)
 
-    def next_in_rotation(self, view, gpu) -> int | None:
+    def next_in_rotation(self, view: ClusterView, gpu: Gpu) -> int | None:
         """The first model after the cursor in this GPU's group that is absent and has requests waiting."""
         group = self.groups.get(gpu.index, [])
+        if not any(map(view.pending_count, group)):
+            return None  # the usual case on an arrival or a finish: the group has nothing waiting to come in
         present = {i.model for i in live_instances(gpu)}
         for step in range(1, len(group) + 1):
             position = (self.cursor[gpu.index] + step) % len(group)
@@ -103,13 +115,11 @@ class TimeSlicePolicy(Policy):
                 return position
         return None
 
-    def rotate(self, view, gpu) -> None:
+    def rotate(self, view: ClusterView, gpu: Gpu) -> None:
         """Load the next waiting model of the group: into free memory, or after the resident one's quantum."""
-        if is_moving(gpu):
-            return  # a load or unload is in flight; its completion calls back here
         position = self.next_in_rotation(view, gpu)
-        if position is None:
-            return
+        if position is None or is_moving(gpu):
+            return  # nothing to bring in; or a load or unload is in flight, and its completion calls back here
         model = self.groups[gpu.index][position]
         view.sync(gpu)
         # Next to a resident model, only with KV room for the oldest waiting request (else both could hold
@@ -126,3 +136,6 @@ class TimeSlicePolicy(Policy):
         elif residents:
             due = min(i.ready_at_s for i in residents) + self.quantum_s
             self.rechecks.at(view, gpu.index, due, lambda v: self.rotate(v, gpu))
+
+
+register(TimeSlicePolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

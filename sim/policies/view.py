@@ -2,24 +2,37 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # the engine imports this module: its types are for the type checker and mypyc only
+    from sim.costs import ModelCosts
+    from sim.engine.engine import Engine, EngineConfig
+    from sim.engine.gpu import Gpu
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
+    from sim.engine.routing import Router
+
 
 class ClusterView:
     """What a policy may read (queues, KV use, resident models, costs) and ask (route, load, unload)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine):
         self._engine = engine
 
     # -- reading ---------------------------------------------------------------------------------
     @property
     def now(self) -> float:
-        return self._engine.env.now
+        # SimPy's clock itself (what its ``now`` property returns): policies ask several times per request, and
+        # the property is a Python call each time. The engine relies on the same attribute (sim.engine.arrivals).
+        now: float = self._engine.env._now
+        return now
 
     @property
-    def config(self):
+    def config(self) -> EngineConfig:
         return self._engine.config
 
     @property
-    def gpus(self) -> tuple:
+    def gpus(self) -> tuple[Gpu, ...]:
         return tuple(self._engine.gpus)
 
     @property
@@ -29,7 +42,7 @@ class ClusterView:
     def model_index(self, name: str) -> int:
         return self._engine.model_index[name]
 
-    def costs(self, model: int):
+    def costs(self, model: int) -> ModelCosts:
         """The :class:`sim.costs.ModelCosts` of a model: reload/unload seconds, swap penalty, offload steps."""
         return self._engine.costs[model]
 
@@ -42,23 +55,32 @@ class ClusterView:
         """The longest prompt + output the deployment accepts (requests longer are rejected at arrival)."""
         return self._engine.max_model_len[model]
 
-    def instances(self) -> tuple:
+    def instances(self) -> tuple[Instance, ...]:
         return tuple(self._engine.instances)
 
-    def instances_of(self, model: int, ready_only: bool = False) -> list:
+    def instances_of(self, model: int, ready_only: bool = False) -> list[Instance]:
         wanted = ("ready",) if ready_only else ("ready", "loading")
         return [i for i in self._engine.instances_by_model[model] if i.status in wanted]
 
-    def least_loaded(self, model: int, candidates: list | None = None):
+    def least_loaded(self, model: int, candidates: list[Instance] | None = None) -> Instance | None:
         """The ready or loading instance of ``model`` (among ``candidates``, if given) holding the fewest
         requests (the oldest on a tie), or None."""
         return self._engine.least_loaded(model, candidates)
 
-    def placement(self, model: int) -> dict:
+    def route(self, request: Request, candidates: list[Instance] | None = None) -> Instance | None:
+        """The instance the scenario's routing rule (``routing.rule``) picks for ``request`` among its model's
+        ready or loading instances (or ``candidates``), or None."""
+        return self._engine.route(request, candidates)
+
+    def route_by(self, router: Router, request: Request, candidates: list[Instance] | None = None) -> Instance | None:
+        """The instance a policy's own routing rule (a :class:`sim.engine.routing.Router`) picks."""
+        return router.pick(self._engine, request, candidates)
+
+    def placement(self, model: int) -> dict[str, Any]:
         """The scenario's placement hints for a model: ``gpus``, ``replicas``, ``gpu_share``, ``demand`` (mix share)."""
         return self._engine.placement.get(model, {})
 
-    def slo(self, model: int):
+    def slo(self, model: int) -> Any:
         """The scenario's :class:`sim.scenario.Slo` for a model (its own, else the default; fields may be None)."""
         slos = getattr(self._engine, "slos", None)
         if slos:
@@ -66,42 +88,71 @@ class ClusterView:
         from sim.scenario import Slo  # an engine built without a scenario has no SLOs
         return Slo()
 
-    def pending(self, model: int) -> tuple:
+    def pending(self, model: int) -> tuple[Request, ...]:
         """Requests of ``model`` that no instance holds (waiting for placement)."""
         return tuple(self._engine.pending[model])
 
     def pending_count(self, model: int) -> int:
         return len(self._engine.pending[model])
 
-    def order_waiting(self, instance) -> None:
+    def pending_head(self, model: int) -> Request | None:
+        """The oldest request of ``model`` that no instance holds, or None (without copying the queue)."""
+        queue = self._engine.pending[model]
+        return queue[0] if queue else None
+
+    def has_pending(self) -> bool:
+        """Whether any model has requests that no instance holds (asked on every finish: one pass, no copies)."""
+        for queue in self._engine.pending:
+            if queue:
+                return True
+        return False
+
+    def order_waiting(self, instance: Instance) -> None:
         """Put ``instance.waiting`` in the order its next admission will try it (the policy's own order)."""
         policy = self._engine.policy
         if policy.reorders_waiting:
             policy.order_waiting(instance, self)
 
-    def sync(self, gpu) -> None:
+    def sync(self, gpu: Gpu) -> None:
         """Bring a fast-forwarding GPU's counters up to now before reading them."""
         gpu.sync()
 
     # -- acting ----------------------------------------------------------------------------------
-    def assign(self, request, instance) -> None:
+    def assign(self, request: Request, instance: Instance) -> None:
         self._engine.assign(request, instance)
 
-    def load(self, model: int, gpu, gpu_share: float = 1.0):
+    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
         """Start loading (from the node's host-RAM copy if one is cached, else disk); returns the new
         instance, or None if the weights do not fit."""
         return self._engine.load(model, gpu, gpu_share)
 
-    def unload(self, instance, mode: str = "swap", keep_on_host: bool = False) -> bool:
+    def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
+               keep_prefix_cache: bool = False) -> bool:
         """Start unloading; running requests are preempted by ``swap`` or ``recompute``. ``keep_on_host``
-        keeps the weights in the node's RAM (if there is room) for a faster reload there."""
-        return self._engine.unload(instance, mode, keep_on_host)
+        keeps the weights in the node's RAM (if there is room) for a faster reload there;
+        ``keep_prefix_cache`` moves the cached prefix blocks there too, to come back with the next load."""
+        return self._engine.unload(instance, mode, keep_on_host, keep_prefix_cache)
+
+    def gpus_per_instance(self, model: int) -> int:
+        """How many GPUs an instance of ``model`` spans: its tensor_parallel x pipeline_parallel."""
+        tp, pp = self._engine.parallel[model]
+        return tp * pp
+
+    def cached_prefix_bytes(self, instance: Instance) -> int:
+        """GPU memory of ``instance``'s cached prompt-prefix blocks (held or idle): what unloading it loses,
+        unless it keeps them in host RAM."""
+        cache = instance.prefix_cache
+        return 0 if cache is None else len(cache) * instance.block_bytes
+
+    def host_room_for(self, node: int, nbytes: int) -> bool:
+        """Whether ``node``'s RAM has ``nbytes`` free beside swapped KV, cached weights and prefixes."""
+        return self._engine.nodes[node].host_free_bytes() >= nbytes
 
     def host_cached(self, model: int, node: int) -> bool:
         """Whether ``node`` holds a host-RAM copy of ``model``'s weights."""
         return model in self._engine.nodes[node].host_weights
 
-    def preempt(self, instance, request, mode: str) -> None:
+    def preempt(self, instance: Instance, request: Request, mode: str) -> None:
         """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
         instance.gpu.sync()
         if request.state != "running" or request.instance is not instance:
@@ -109,8 +160,12 @@ class ClusterView:
         self._engine.preempt(instance, request, mode, self.now)
         instance.gpu.kick()
 
-    def call_at(self, time_s: float, callback) -> None:
+    def call_at(self, time_s: float, callback: Callable[[ClusterView], object]) -> None:
         """Run ``callback(view)`` at simulated time ``time_s`` (timers for quanta and deadlines)."""
         env = self._engine.env
         timer = env.timeout(max(0.0, time_s - env.now))
-        timer.callbacks.append(lambda _event: callback(self))
+
+        def fire(_event: object) -> None:
+            callback(self)
+
+        timer.callbacks.append(fire)

@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from sim.errors import MmsimError
 from sim.workload.config import ConstantLength, EmpiricalLength, LognormalLength, UniformLength, ZipfMix
@@ -93,6 +92,11 @@ def read_lengths(path: Path, columns: dict[str, str]) -> dict[str, np.ndarray]:
     ``columns`` maps each role to ``prompt``/``output`` (that role's usual column)
     or an exact column name. Zero lengths (failed requests in some traces) are dropped.
     """
+    fast = _whole_number_csv(path, columns)
+    if fast is not None:
+        return _positive_rows(fast, path)
+    import pandas as pd  # the general reader; a plain CSV of whole numbers (the usual case) needs none of it
+
     kind = file_kind(path)
     try:
         if kind == "csv":
@@ -105,8 +109,7 @@ def read_lengths(path: Path, columns: dict[str, str]) -> dict[str, np.ndarray]:
         raise MmsimError(f"cannot read lengths ({str(error).splitlines()[0]})", source=str(path)) from None
     picked = {}
     for role, wanted in columns.items():
-        names = ROLE_COLUMNS.get(wanted, (wanted,))
-        name = next((name for name in names if name in frame.columns), None)
+        name, names = _column_name(wanted, frame.columns)
         if name is None:
             raise MmsimError(f"no {' / '.join(names)} column (the file has {', '.join(map(str, frame.columns))})",
                              source=str(path))
@@ -118,6 +121,48 @@ def read_lengths(path: Path, columns: dict[str, str]) -> dict[str, np.ndarray]:
             line = f"line {row + 2}" if kind == "csv" else f"row {row + 1}"
             raise MmsimError(f"{name} {frame[name].iloc[row]!r} is not a whole number >= 0", source=str(path), field=line)
         picked[role] = values
+    return _positive_rows(picked, path)
+
+
+def _column_name(wanted: str, present) -> tuple[str | None, tuple[str, ...]]:
+    """The column a role (``prompt``/``output``) or an exact name refers to among ``present``, and what was looked for."""
+    names = ROLE_COLUMNS.get(wanted, (wanted,))
+    return next((name for name in names if name in present), None), names
+
+
+def _whole_number_csv(path: Path, columns: dict[str, str]) -> dict[str, np.ndarray] | None:
+    """The wanted columns of a plain ``.csv`` as floats (what the general reader gives), read by pyarrow, when
+    each is a column of whole numbers >= 0 with no gaps; None for anything else, which the general reader then
+    reads and reports on."""
+    if path.suffix.lower() != ".csv":
+        return None
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    try:
+        table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(use_threads=False))
+    except (OSError, pa.ArrowException):
+        return None
+    if len(set(table.column_names)) < len(table.column_names):
+        return None  # repeated names: pandas renames them, so leave them to it
+    picked = {}
+    for role, wanted in columns.items():
+        name = _column_name(wanted, table.column_names)[0]
+        if name is None:
+            return None
+        column = table.column(name).combine_chunks()
+        if column.type != pa.int64() or column.null_count:
+            return None
+        # From the buffer: Array.to_numpy would import pandas. As floats, as the general reader converts them.
+        values = np.frombuffer(column.buffers()[1], np.int64)[column.offset:column.offset + len(column)].astype(np.float64)
+        if (values < 0).any():
+            return None
+        picked[role] = values
+    return picked
+
+
+def _positive_rows(picked: dict[str, np.ndarray], path: Path) -> dict[str, np.ndarray]:
+    """The rows where every role's length is at least 1, as int64 arrays."""
     usable = np.logical_and.reduce([values >= 1 for values in picked.values()])
     if not usable.any():
         raise MmsimError("no rows with positive lengths", source=str(path))

@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from sim.errors import MmsimError
 from sim.files import cut
@@ -109,6 +108,8 @@ class RowReport:
 
 def as_numbers(values) -> np.ndarray:
     """Float64 values of a column; anything that is not a number (a boolean, a date) becomes NaN."""
+    import pandas as pd  # only trace files are parsed here; a generated workload never imports it
+
     series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
     if pd.api.types.is_bool_dtype(series) or not (pd.api.types.is_numeric_dtype(series)
                                                   or pd.api.types.is_object_dtype(series)
@@ -142,7 +143,7 @@ def finite_numbers(values, column: str, minimum: float | None = None, maximum: f
 
 def _show(values, i: int) -> str:
     """Row ``i`` of a column as the user wrote it, for error messages."""
-    value = values.iloc[i] if isinstance(values, pd.Series) else values[i]
+    value = values.iloc[i] if hasattr(values, "iloc") else values[i]  # a pandas Series, or a sequence
     if value is None or isinstance(value, float) and np.isnan(value):
         return "(missing)"
     return repr(cut(value)) if isinstance(value, str) else cut(value)

@@ -9,7 +9,6 @@ from sim.errors import MmsimError
 from sim.workload.chunk import RequestChunk
 from sim.workload.config import MAX_TIME_S, TraceConfig, WorkloadConfig
 from sim.workload.generator import generate
-from sim.workload.reader import read_trace
 from sim.workload.rows import ImportOptions
 from sim.workload.textfiles import resolve_input
 
@@ -36,6 +35,8 @@ def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_ro
         chunks = generate(config.generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
                           prefix_block_tokens=config.prefix_block_tokens)
     else:
+        from sim.workload.reader import read_trace  # the importers (and pandas), for trace workloads only
+
         trace = config.trace
         path = resolve_input(trace.path, base_dir, "workload.trace.path")
         options = trace_options(trace, seed=seed, base_dir=base_dir, served_models=config.served_models)

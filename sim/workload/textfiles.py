@@ -19,14 +19,16 @@ import zlib
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
-import pandas as pd
 
 from sim.errors import MmsimError
 from sim.files import check_regular_file, cut
 from sim.workload.rows import RowReport
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TRACE_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".parquet": "parquet"}
 
@@ -168,6 +170,8 @@ def csv_blocks(path: Path, rows: int, report: RowReport, *, required: tuple[str,
                 block = [text if text.endswith(b"\n") else text + b"\n" for text, ok in zip(block, keep) if ok]
                 data, numbers = b"".join(block), numbers[keep]
             if len(numbers):
+                import pandas as pd  # here, not at the top: a run whose workload reads no CSV never imports it
+
                 report.rows_read += len(numbers)
                 frame = pd.read_csv(io.BytesIO(data), header=None, names=names, dtype=dtypes,
                                     keep_default_na=False, na_values=[""], encoding="utf-8")
