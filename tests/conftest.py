@@ -47,6 +47,27 @@ def assert_paged_blocks(instance) -> None:
     assert instance.blocks == private + len(holders), (instance.name, instance.blocks, private, len(holders))
 
 
+def kv_room_hardware(model: str, block_size: int, budget: int, max_seqs: int, room_blocks: int | None):
+    """A stand-in for ``sim.simulation.build_hardware`` whose first GPU has exactly ``room_blocks`` KV blocks of
+    ``model`` beside its weights and reserve (unchanged when None): patch it in to hand-work block counts."""
+    from sim import simulation
+    from sim.catalogue import get_model
+    from sim.costs import ModelCosts
+    from sim.engine.memory import reserve_bytes
+
+    build_hardware = simulation.build_hardware
+
+    def sized(env, scenario, profile):
+        gpus, nodes = build_hardware(env, scenario, profile)
+        if room_blocks is not None:
+            costs = ModelCosts(profile, get_model(model))
+            gpus[0].capacity_bytes = (costs.gpu_weight_bytes(1.0) + reserve_bytes(get_model(model), budget, max_seqs)
+                                      + room_blocks * block_size * costs.kv_bytes_per_token)
+        return gpus, nodes
+
+    return sized
+
+
 def simulate_within_memory(scenario, chunks, policy: str, mode: str = "fast"):
     """Simulate, asserting after every GPU step that no GPU holds more than its memory and that the stepped
     instance's KV blocks are what paging its sequences gives."""

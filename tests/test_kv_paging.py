@@ -11,15 +11,11 @@ from unittest import mock
 
 import numpy as np
 
-from sim.catalogue import get_model
-from sim.costs import ModelCosts
-from sim.engine.engine import Engine
-from sim.engine.memory import reserve_bytes
-from sim.profile import load_profile
-from sim.scenario import parse_scenario
 from sim import simulation
+from sim.engine.engine import Engine
+from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
-from tests.conftest import scenario_dict
+from tests.conftest import kv_room_hardware, scenario_dict
 
 MODEL, BLOCK_SIZE, BUDGET, MAX_SEQS = "qwen2.5-3b", 16, 256, 8
 
@@ -31,16 +27,9 @@ def blocks_after_each_step(requests: list[tuple[int, int]], room_blocks: int | N
         cluster={"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 24}, models=[{"name": MODEL}],
         engine={"block_size": BLOCK_SIZE, "max_num_batched_tokens": BUDGET, "max_num_seqs": MAX_SEQS,
                 "gpu_memory_utilization": 1.0}), "test")
-    build_hardware, after_step = simulation.build_hardware, Engine.after_step
+    after_step = Engine.after_step
     counts: list[int] = []
-
-    def sized_hardware(env, scenario_, profile):
-        gpus, nodes = build_hardware(env, scenario_, profile)
-        if room_blocks is not None:
-            costs = ModelCosts(profile, get_model(MODEL))
-            gpus[0].capacity_bytes = (costs.gpu_weight_bytes(1.0) + reserve_bytes(get_model(MODEL), BUDGET, MAX_SEQS)
-                                      + room_blocks * BLOCK_SIZE * costs.kv_bytes_per_token)
-        return gpus, nodes
+    sized_hardware = kv_room_hardware(MODEL, BLOCK_SIZE, BUDGET, MAX_SEQS, room_blocks)
 
     def recording(engine, instance):
         counts.append(instance.blocks)

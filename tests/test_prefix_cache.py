@@ -13,14 +13,11 @@ import numpy as np
 import pytest
 
 from sim import simulation
-from sim.catalogue import get_model
-from sim.costs import ModelCosts
 from sim.engine.engine import Engine
-from sim.engine.memory import reserve_bytes
 from sim.engine.prefix import PrefixCache, block_keys
 from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
-from tests.conftest import assert_paged_blocks, scenario_dict
+from tests.conftest import assert_paged_blocks, kv_room_hardware, scenario_dict
 
 MODEL, BLOCK, ID_TOKENS, BUDGET, SEQS = "qwen2.5-3b", 16, 64, 512, 8
 
@@ -33,15 +30,7 @@ def run(rows, room_blocks=None, caching=True, mode="exact"):
         engine={"block_size": BLOCK, "max_num_batched_tokens": BUDGET, "max_num_seqs": SEQS,
                 "gpu_memory_utilization": 1.0, "prefix_caching": caching}), "test")
     scenario.workload.prefix_block_tokens = ID_TOKENS
-    build_hardware = simulation.build_hardware
-
-    def sized(env, scenario_, profile):
-        gpus, nodes = build_hardware(env, scenario_, profile)
-        if room_blocks is not None:
-            costs = ModelCosts(profile, get_model(MODEL))
-            gpus[0].capacity_bytes = (costs.gpu_weight_bytes(1.0) + reserve_bytes(get_model(MODEL), BUDGET, SEQS)
-                                      + room_blocks * BLOCK * costs.kv_bytes_per_token)
-        return gpus, nodes
+    sized = kv_room_hardware(MODEL, BLOCK, BUDGET, SEQS, room_blocks)
 
     after_step = Engine.after_step
 

@@ -15,20 +15,25 @@ MODEL = "qwen2.5-3b"
 A, B = (1, 2, 3), (7, 8, 9)  # two tenants' prompt prefixes: 3 ids x 64 tokens = 12 blocks of 16
 
 
-def run(rule: str):
+def simulate_tenants(rule: str, policy: str | None = None, replicas: int | None = 2):
+    """A1 and B1 at once; long after both finish, B2 then A2: the requests' frame, in id order."""
+    model = {"name": MODEL} if replicas is None else {"name": MODEL, "replicas": replicas}
     scenario = parse_scenario(scenario_dict(
-        cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 24}, models=[{"name": MODEL, "replicas": 2}],
+        cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 24}, models=[model],
         engine={"block_size": 16}, routing={"rule": rule},
         workload={"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
                                 "mix": {MODEL: 1.0}, "prompt_tokens": {"dist": "constant", "value": 10},
                                 "output_tokens": {"dist": "constant", "value": 10}}, "prefix_block_tokens": 64}),
         "test")
-    # A1 and B1 at once; long after both finish, B2 then A2.
     ids = np.empty(4, object)
     ids[:] = [A, B, B, A]
     chunk = RequestChunk(np.array([0.0, 0.0, 60.0, 60.01]), np.array([MODEL] * 4, object),
                          np.array([250, 250, 250, 250], np.int64), np.array([4, 4, 4, 4], np.int64), prefix_ids=ids)
-    frame = simulate(scenario, chunks=[chunk]).requests.sort_values("id")
+    return simulate(scenario, policy=policy, chunks=[chunk]).requests.sort_values("id")
+
+
+def run(rule: str):
+    frame = simulate_tenants(rule)
     return list(frame["gpu"]), list(frame["cached_prompt_tokens"])
 
 
@@ -55,16 +60,5 @@ def test_prefix_swap_aware_routes_by_prefix_whatever_the_scenario_says():
 
     policy = get_policy_class("prefix-swap-aware")()
     assert policy.router.rule == "prefix-aware" and policy.keeps_prefix_cache
-    scenario = parse_scenario(scenario_dict(
-        cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 24}, models=[{"name": MODEL}],
-        engine={"block_size": 16}, routing={"rule": "round-robin"},
-        workload={"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
-                                "mix": {MODEL: 1.0}, "prompt_tokens": {"dist": "constant", "value": 10},
-                                "output_tokens": {"dist": "constant", "value": 10}}, "prefix_block_tokens": 64}),
-        "test")
-    ids = np.empty(4, object)
-    ids[:] = [A, B, B, A]
-    chunk = RequestChunk(np.array([0.0, 0.0, 60.0, 60.01]), np.array([MODEL] * 4, object),
-                         np.array([250] * 4, np.int64), np.array([4] * 4, np.int64), prefix_ids=ids)
-    frame = simulate(scenario, policy="prefix-swap-aware", chunks=[chunk]).requests.sort_values("id")
+    frame = simulate_tenants("round-robin", policy="prefix-swap-aware", replicas=None)
     assert list(frame["cached_prompt_tokens"]) == [0, 0, 192, 192]

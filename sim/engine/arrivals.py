@@ -116,7 +116,7 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
     nothing is left that could make progress.
 
     This is ``Environment.run(until=engine.all_done)`` with the arrival stream merged in; moving
-    the clock to an arrival sets SimPy's ``_now``, the one private attribute relied on."""
+    the clock to an arrival sets SimPy's ``_now``, the one private attribute relied on (the GPU loops read it)."""
     queue = env._queue
     engine.all_done.callbacks.append(StopSimulation.callback)
     steps, instant = 0, -1.0

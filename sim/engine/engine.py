@@ -156,11 +156,14 @@ class Engine:
         """The default route: the ready or loading instance of ``model`` (among ``candidates``, if given)
         holding the fewest requests, the oldest on a tie."""
         best: Instance | None = None
+        best_held = 0
         for instance in self.instances_by_model[model] if candidates is None else candidates:
             if instance.status != "ready" and instance.status != "loading":
                 continue
-            if best is None or (instance.num_requests, instance.uid) < (best.num_requests, best.uid):
-                best = instance
+            held = instance.num_requests
+            # Instances are listed oldest first, so the first of the fewest held is the oldest on a tie.
+            if best is None or held < best_held or (held == best_held and instance.uid < best.uid):
+                best, best_held = instance, held
         return best
 
     def unplace(self, request: Request) -> None:

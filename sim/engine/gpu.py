@@ -104,7 +104,7 @@ class Gpu:
 
     def sync(self) -> None:
         """Make the running instance's counters reflect the iterations finished by now."""
-        self._sync_to(self.env.now)
+        self._sync_to(self.env._now)  # SimPy's clock itself: its ``now`` property is a Python call
 
     def _sync_to(self, now: float) -> None:
         step = self.current
@@ -127,7 +127,7 @@ class Gpu:
 
     def cut_window(self) -> None:
         """End the current fast-forward window at the first iteration boundary from now."""
-        now = self.env.now
+        now = self.env._now
         self._sync_to(now)
         step = self.current
         if step is None or step.iterations <= 1:
@@ -173,8 +173,9 @@ class Gpu:
                 break
             # Blocked (e.g. no KV room while a co-resident instance holds it) until something changes.
             self.blocked.add(instance)
-        if instance.prefix_cache is not None and instance.prefix_cache.idle:
-            self.evict_idle_cache()  # the step's allocations took free blocks, some of them idle cached ones
+        if len(self.instances) > 1 or (instance.prefix_cache is not None and instance.prefix_cache.idle):
+            self.evict_idle_cache()  # the step's allocations took free blocks, some of them idle cached ones (any
+            # instance's on this GPU)
         step.start_s = now
         self.current = step
         self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))
@@ -185,7 +186,7 @@ class Gpu:
         assert step is not None and engine is not None
         self.current = None
         instance = step.instance
-        now = self.env.now
+        now = self.env._now
         elapsed = now - step.start_s  # sync may have moved the start on
         instance.busy_s += elapsed
         self._add_busy(instance, elapsed)
@@ -206,4 +207,4 @@ class Gpu:
                     shard.busy_s += elapsed
 
     def _wake_up(self, _event: simpy.Event) -> None:
-        self._next_step(self.env.now)
+        self._next_step(self.env._now)

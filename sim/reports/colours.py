@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 BUILTIN_POLICY_COLOURS = {"static": "#64748b", "fcfs-swap": "#dc2626", "time-slice": "#d97706",
-                          "swap-aware": "#2563eb", "offload-aware": "#059669", "slo-aware": "#7c3aed"}
+                          "swap-aware": "#2563eb", "offload-aware": "#059669", "slo-aware": "#7c3aed",
+                          "prefix-swap-aware": "#0d9488"}
 """One colour per built-in policy, the same in every report and plot."""
 EXTRA_POLICY_COLOURS = ("#db2777", "#0891b2", "#65a30d", "#b45309", "#4f46e5", "#be123c", "#0f766e", "#a21caf")
 """Colours for user policies, handed out in order of appearance."""
