@@ -21,6 +21,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED_MODULES = [
     "sim/costs.py",
     "sim/engine/arrivals.py",
+    "sim/engine/batching.py",
     "sim/engine/engine.py",
     "sim/engine/events.py",
     "sim/engine/gpu.py",

@@ -22,7 +22,8 @@ from sim.engine.transfers import Node
 from sim.errors import MmsimError
 from sim.profile import Profile, load_profile
 from sim.policies.registry import make_policy
-from sim.results import ColumnTable, RequestTable, event_table, sample_table, summarize
+from sim.results import ColumnTable, RequestTable, event_table, sample_table
+from sim.summary import summarize
 from sim.scenario import Scenario
 from sim.workload.chunk import RequestChunk
 from sim.workload.lengths import mix_weights

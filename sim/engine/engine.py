@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import simpy
 
 from sim.costs import ModelCosts
-from sim.engine import residency
+from sim.engine import batching, residency
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
@@ -206,107 +206,15 @@ class Engine:
         if step.prefills and request.prefix_ids is not None and instance.prefix_cache is not None:
             return True  # the chunks now running may fill blocks of its prefix: its need is not known yet
         if request.state == "waiting":
-            need = self.start_need(instance, request)[0]
+            need = batching.start_need(self, instance, request)[0]
         else:
             need = blocks_for(request.context_tokens + 1, self.config.block_size)
         return need <= instance.free_blocks()
-
-    def start_need(self, instance: Instance, request: Request) -> tuple[int, int, int]:
-        """What a waiting ``request`` needs to start on ``instance``: the free blocks it must find (all of its
-        prompt's, less those the prefix cache holds, plus the idle cached ones it would take from the free
-        pool, as vLLM counts them), the blocks the cache holds, and how many of those are idle."""
-        block_size = self.config.block_size
-        total = blocks_for(request.prefill_target + 1, block_size)
-        cache = instance.prefix_cache
-        if cache is None or request.prefix_ids is None:
-            return total, 0, 0
-        keys = self.prefix_keys(request)
-        # At least one prompt token is computed, as in vLLM, to produce the first output token's logits.
-        hits = cache.match(keys, (request.prefill_target - 1) // block_size)
-        if hits == 0:
-            return total, 0, 0
-        idle = cache.idle_among(keys[:hits])
-        return total - hits + idle, hits, idle
 
     def drop(self, request: Request, reason: str) -> None:
         request.state = "dropped"
         request.drop_reason = reason
         self.recorder.request(request, reason)
-
-    # -- batch formation (called by Instance.plan) ---------------------------------------------------
-    def continue_prefills(self, instance: Instance, now: float) -> tuple[list[tuple[Request, int]], float, bool]:
-        """This step's chunks of in-flight prefills, in order, each given the KV blocks it fills.
-
-        vLLM allocates a prompt's blocks chunk by chunk; a chunk short of blocks preempts the policy's
-        victim until it fits or is itself the victim, and then no later prefill runs this step. Returns
-        the chunks, the KV swap-out seconds the step waits for, and whether anything was preempted."""
-        prefilling = instance.prefilling
-        prefills: list[tuple[Request, int]] = []
-        transfer_s, preempted = 0.0, False
-        budget = self.config.max_num_batched_tokens - len(instance.running)
-        index = 0
-        while index < len(prefilling) and budget > 0:
-            request = prefilling[index]
-            chunk = min(request.prefill_target - request.prefilled, budget)
-            extra = self._chunk_blocks(request, chunk) - request.blocks
-            while extra > instance.spare_blocks() and request.state == "prefilling":
-                transfer_s = max(transfer_s, self.preempt_for_blocks(instance, now))
-                preempted = True
-            if request.state != "prefilling":
-                break
-            if preempted:  # the victim may have been a running sequence or a prefill already given its chunk
-                prefills = [(held, size) for held, size in prefills if held.state == "prefilling"]
-                budget = self.config.max_num_batched_tokens - len(instance.running) - sum(size for _, size in prefills)
-                index = len(prefills)
-            request.blocks += extra
-            instance.blocks += extra
-            prefills.append((request, chunk))
-            budget -= chunk
-            index += 1
-        return prefills, transfer_s, preempted
-
-    def _chunk_blocks(self, request: Request, chunk: int) -> int:
-        """Blocks ``request`` holds once ``chunk`` more prompt tokens are in; the chunk that completes the
-        prompt also takes the slot of the first output token (reserved at admission)."""
-        tokens = request.prefilled + chunk
-        if tokens >= request.prefill_target:
-            tokens = request.prefill_target + 1
-        return blocks_for(tokens, self.config.block_size)
-
-    def admit(self, instance: Instance, now: float, prefills: list[tuple[Request, int]]) -> None:
-        """Start waiting requests, in policy order, after this step's in-flight ``prefills``.
-
-        As vLLM's ``scheduler_reserve_full_isl``: a request starts only if blocks for its whole prompt are
-        free now, but takes only those of its first chunk."""
-        waiting, running, prefilling = instance.waiting, instance.running, instance.prefilling
-        config = self.config
-        budget = config.max_num_batched_tokens - len(running) - sum(chunk for _, chunk in prefills)
-        if waiting and self.policy.reorders_waiting:  # the default order is FCFS: nothing to do
-            self.policy.order_waiting(instance, self.view)
-        max_num_seqs, chunked, block_size = config.max_num_seqs, config.chunked_prefill, config.block_size
-        while waiting and budget > 0:
-            if len(running) + len(prefilling) >= max_num_seqs:
-                break
-            request = waiting[0]
-            need_blocks, hits, idle_hits = self.start_need(instance, request)
-            need = request.prefill_target - hits * block_size
-            if not chunked and need > budget and (prefills or running):
-                break
-            if need_blocks > instance.spare_blocks():
-                break
-            waiting.popleft()
-            request.admitted_seq = self.next_admission()
-            self._take_cached_prefix(instance, request, hits, idle_hits)
-            chunk = min(need, budget) if chunked else need
-            blocks = self._chunk_blocks(request, chunk) - request.blocks
-            request.blocks += blocks
-            instance.blocks += blocks
-            request.state = "prefilling"
-            prefilling.append(request)
-            if math.isnan(request.first_scheduled_s):
-                request.first_scheduled_s = now
-            prefills.append((request, chunk))
-            budget -= chunk
 
     def prefix_keys(self, request: Request) -> list[int]:
         """The prefix-cache keys of ``request``'s prompt blocks (none without prefix ids); made once."""
@@ -321,27 +229,6 @@ class Engine:
     def route(self, request: Request, candidates: list[Instance] | None = None) -> Instance | None:
         """The instance the scenario's routing rule picks for ``request`` (among ``candidates``, if given)."""
         return self.router.pick(self, request, candidates)
-
-    def _take_cached_prefix(self, instance: Instance, request: Request, hits: int, idle_hits: int) -> None:
-        """A request starting on ``instance`` holds the ``hits`` cached blocks its prompt begins with and
-        prefills from there; counted for the model's prefix-cache hit rate."""
-        if instance.prefix_cache is None:
-            return
-        model = request.model
-        self.prefix_query_tokens[model] += request.prefill_target
-        instance.prefix_query_tokens += request.prefill_target
-        if hits == 0:
-            return
-        keys = request.prefix_keys
-        assert keys is not None
-        instance.prefix_cache.acquire(keys[:hits])
-        instance.blocks += idle_hits
-        request.blocks = request.cache_blocks = hits
-        request.prefilled = hits * self.config.block_size
-        self.prefix_hit_tokens[model] += request.prefilled
-        instance.prefix_hit_tokens += request.prefilled
-        if math.isnan(request.first_scheduled_s):
-            request.cached_tokens = request.prefilled
 
     def may_fast_forward(self, instance: Instance) -> bool:
         gpu = instance.gpu

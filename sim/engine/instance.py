@@ -13,6 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from sim.costs import ModelCosts, StepCoefficients
+from sim.engine import batching
 from sim.engine.kv import PhaseHistogram, blocks_for
 from sim.engine.prefix import PrefixCache
 from sim.engine.request import Request
@@ -183,10 +184,10 @@ class Instance:
             transfer_s += engine.resume_swapped(self, now + transfer_s)
         prefills: list[tuple[Request, int]] = []
         if self.prefilling:
-            prefills, chunk_transfer_s, chunk_preempted = engine.continue_prefills(self, now)
+            prefills, chunk_transfer_s, chunk_preempted = batching.continue_prefills(engine, self, now)
             transfer_s, preempted = max(transfer_s, chunk_transfer_s), preempted or chunk_preempted
         if self.waiting and not preempted and not self.swapped:
-            engine.admit(self, now, prefills)
+            batching.admit(engine, self, now, prefills)
         batch = len(self.running)
         forward = fast and not preempted and engine.may_fast_forward(self)
         if prefills:
@@ -289,7 +290,7 @@ class Instance:
             return False
         if not after_prefill:
             return True
-        return engine.start_need(self, self.waiting[0])[0] > self.spare_blocks()
+        return batching.start_need(engine, self, self.waiting[0])[0] > self.spare_blocks()
 
     # -- completion ------------------------------------------------------------------------------
     def complete(self, engine: Engine, step: Step, iterations: int, now: float) -> None:

@@ -1,0 +1,174 @@
+"""A run's summary figures, computed from its typed tables with numpy: counts, drop reasons, rates, latency
+percentiles, SLO attainment, preemption and prefix-cache figures, per run and per model."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.engine import build as engine_build
+from sim.engine.recorder import DROP_REASONS
+from sim.engine.request import LOSS_CAUSES
+from sim.results import LATENCIES, ColumnTable, RequestTable
+
+
+def percentiles(values: np.ndarray) -> dict:
+    """Mean and percentiles of the values that are not NaN; ``values`` is the caller's to discard (reordered)."""
+    missing = np.isnan(values)
+    data = values[~missing] if missing.any() else values
+    if data.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    mean = float(data.mean())  # before the percentiles reorder the data: a sum's last bits depend on its order
+    p50, p90, p99 = np.percentile(data, [50, 90, 99], overwrite_input=True)
+    return {"mean": mean, "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def slo_met(table: RequestTable, completed: np.ndarray, models: np.ndarray, scenario) -> np.ndarray:
+    """True for completed requests within every SLO that applies to their model."""
+    met = completed.copy()
+    slos = [scenario.slo_for(model) for model in table.model_names]
+    for field in ("ttft_s", "tpot_s", "e2e_s"):
+        limits = np.array([np.inf if getattr(slo, field) is None else getattr(slo, field) for slo in slos])
+        if np.isinf(limits).all():
+            continue
+        values = table.column(field)
+        # A completed one-token output has no TPOT (NaN): nothing of it can miss a TPOT limit.
+        values[np.isnan(values)] = 0.0 if field == "tpot_s" else np.inf
+        met &= values <= limits[models]  # no limit is an infinite one: even an infinite value is within it
+    return met
+
+
+def _max_s(values: np.ndarray) -> float:
+    """The largest value, NaN left out (as pandas' ``max``); NaN when there is none."""
+    finite = values[~np.isnan(values)]
+    return float(finite.max()) if finite.size else float("nan")
+
+
+def _rates(start: float, end: float, completed: int, tokens: int, met: int) -> dict:
+    span = max(end - start, 1e-12)
+    return {
+        "throughput_tokens_per_s": float(tokens) / span,
+        "throughput_requests_per_s": completed / span,
+        "goodput_requests_per_s": float(met) / span,
+        "makespan_s": end - start,
+    }
+
+
+def _drop_reasons(codes: np.ndarray) -> dict[str, int]:
+    """Drop reason → count, most frequent first (ties in DROP_REASONS order), over dropped requests' codes."""
+    counts = np.bincount(codes, minlength=len(DROP_REASONS))
+    ranked = sorted(((DROP_REASONS[code], int(count)) for code, count in enumerate(counts) if code),
+                    key=lambda kv: -kv[1])
+    return {reason: count for reason, count in ranked if count}
+
+
+class _Groups:
+    """The whole run and each model's requests (positions in id order), for figures computed one column at a
+    time: ten million requests' columns are 80 MB each, so no more than a few exist at once."""
+
+    def __init__(self, table: RequestTable, completed: np.ndarray):
+        models = table.column("model")
+        self.completed = completed
+        self.models: list[tuple[str, np.ndarray]] = []
+        for code, name in enumerate(table.model_names):
+            rows = np.flatnonzero(models == code)
+            if len(rows):
+                self.models.append((name, rows.astype(np.int32) if len(models) < 2**31 else rows))
+
+    def each(self, values: np.ndarray, completed_only: bool = False):
+        """(None for the whole run, else the model's name; its values), in id order."""
+        yield None, values[self.completed] if completed_only else values
+        for name, rows in self.models:
+            part = values[rows]
+            yield name, part[self.completed[rows]] if completed_only else part
+
+
+def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, scenario, engine, profile, policy: str,
+              seed: int, mode: str, wall_s: float) -> dict:
+    drops = table.column("drop_reason")
+    completed = drops == 0
+    met = slo_met(table, completed, table.column("model"), scenario)
+    groups = _Groups(table, completed)
+    rates = _group_rates(table, groups, met)
+    latencies = {name: dict((group, percentiles(values)) for group, values in groups.each(table.column(name), True))
+                 for name in LATENCIES}
+    preemptions = {group: int(values.sum()) for group, values in groups.each(table.column("preemptions"))}
+    per_model = {}
+    for name, rows in groups.models:
+        done = completed[rows]
+        per_model[name] = {
+            "requests": len(rows), "completed": int(done.sum()), "dropped": int((~done).sum()),
+            "drop_reasons": _drop_reasons(drops[rows][~done]),
+            "max_model_len": engine.max_model_len[engine.model_index[name]] if name in engine.model_index else None,
+            "slo_attainment": float(met[rows].mean()),
+            **rates[name],
+            **{latency: latencies[latency][name] for latency in ("ttft_s", "tpot_s", "e2e_s")},
+            "preemptions": preemptions[name],
+            **_prefix_cache(engine, name),
+        }
+    kinds = events.text("kind")
+    return {
+        "scenario": scenario.name, "policy": policy, "seed": seed, "mode": mode, "profile": profile.name,
+        "requests_total": len(table),
+        "requests_completed": int(completed.sum()),
+        "requests_dropped": int((~completed).sum()),
+        "drop_reasons": _drop_reasons(drops[~completed]),
+        **rates[None],
+        "slo_attainment": float(met.mean()) if len(table) else 0.0,
+        **{name: latencies[name][None] for name in LATENCIES},
+        "preemptions": preemptions[None],
+        "lost_seconds": {cause: float(table.column(f"lost_{cause}_s").sum()) for cause in LOSS_CAUSES},
+        "simulated_seconds": float(engine.env.now),
+        "sim_wall_seconds": wall_s,
+        "requests_per_wall_second": len(table) / wall_s if wall_s > 0 else None,
+        "engine_build": engine_build(),  # compiled or pure-python: the wall figures depend on it
+        "gpu_busy_share": _busy_share(engine),
+        "loads": int((kinds == "load").sum()),
+        "unloads": int((kinds == "unload").sum()),
+        "mean_resident_models_per_gpu": _mean_resident(samples, engine),
+        "prefix_cache": _prefix_cache(engine, None),
+        "per_model": per_model,
+        "provenance": profile.provenance(),
+    }
+
+
+def _prefix_cache(engine, name: str | None) -> dict:
+    """Prompt tokens looked up in prefix caches at every admission, those found, and their share (vLLM's
+    prefix-cache hit rate), for one model or (``name`` None) all; the found ones are prefill tokens saved."""
+    models = range(len(engine.model_names)) if name is None else \
+        ([engine.model_index[name]] if name in engine.model_index else [])
+    queried = sum(engine.prefix_query_tokens[m] for m in models)
+    found = sum(engine.prefix_hit_tokens[m] for m in models)
+    return {"prefix_queried_tokens": queried, "prefix_hit_tokens": found,
+            "prefix_hit_rate": found / queried if queried else 0.0}
+
+
+def _group_rates(table: RequestTable, groups: _Groups, met: np.ndarray) -> dict:
+    """Throughput, goodput and makespan of the run (key None) and of each model."""
+    starts = {group: float(values.min()) if len(values) else 0.0
+              for group, values in groups.each(table.column("arrival_s"))}
+    ends = {group: _max_s(values) if len(values) else starts[group]
+            for group, values in groups.each(table.column("finish_s"), True)}
+    tokens = {group: int(values.sum()) for group, values in groups.each(table.column("output_tokens"), True)}
+    done = {group: int(values.sum()) for group, values in groups.each(groups.completed)}
+    good = {group: int(values.sum()) for group, values in groups.each(met)}
+    return {group: _rates(starts[group], ends[group], done[group], tokens[group], good[group]) for group in starts}
+
+
+def _busy_share(engine) -> float:
+    now = engine.env.now
+    if now <= 0 or not engine.gpus:
+        return 0.0
+    return float(np.mean([min(1.0, g.busy_s / now) for g in engine.gpus]))
+
+
+def _mean_resident(samples: ColumnTable, engine) -> float:
+    """Models resident per GPU, averaged over the samples (a GPU with none counts as 0)."""
+    resident = (samples.column("gpu") >= 0) & (samples.column("model") != samples.texts["model"].index(""))
+    if not resident.any():
+        return float(np.mean([len(g.instances) for g in engine.gpus]))
+    # Each sample time has a row per resident instance: the mean over (time, GPU) pairs is rows / pairs.
+    times = len(np.unique(samples.column("time_s")[resident]))
+    return int(resident.sum()) / (times * len(engine.gpus))
+
+
+# -- files -------------------------------------------------------------------------------------------------
