@@ -11,7 +11,8 @@ records each admission in ``kv_cache_manager.record_prefix_cache_stats(request, 
 ``request.num_tokens`` (the prompt, plus tokens generated before a preemption), hits the locally cached
 tokens found, at most the prompt's full blocks less the last token. It files re-admissions of preempted
 requests apart (``preempted_queries``/``preempted_hits``); they are added back here, since mmsim's
-``Engine.prefix_query_tokens``/``prefix_hit_tokens`` count every admission alike. Arrivals are spaced so
+prefix-cache counters (``prefix_queried_tokens``/``prefix_hit_tokens`` in the run summary) count every
+admission alike. Arrivals are spaced so
 that each request is served before the next arrives: the hit rates then depend only on what the caches
 keep, not on either engine's step times.
 
@@ -172,7 +173,7 @@ def usable_blocks(case: PrefixCase) -> int:
 
 def mmsim_hit_rate(case: PrefixCase, requests: list[PrefixRequest], config: Path) -> dict:
     """Simulate ``requests`` in mmsim (one device, ``static`` policy, the case's limits and exactly the KV
-    blocks vLLM can use of its ``case.kv_blocks``); the engine's prefix-cache counters over every admission."""
+    blocks vLLM can use of its ``case.kv_blocks``); the run's prefix-cache counters over every admission."""
     spec = register_model(model_from_hf_config(config, MODEL))
     dtype = "fp32"
     costs = ModelCosts(load_profile(PROFILE), spec, dtype)
@@ -200,7 +201,8 @@ def mmsim_hit_rate(case: PrefixCase, requests: list[PrefixRequest], config: Path
     instance = engine.instances[0]
     pool = instance.free_blocks() + instance.blocks
     assert pool == usable_blocks(case), f"mmsim's pool is {pool} blocks, not {usable_blocks(case)}"
-    queries, hits = engine.prefix_query_tokens[0], engine.prefix_hit_tokens[0]
+    counters = result.summary["prefix_cache"]
+    queries, hits = counters["prefix_queried_tokens"], counters["prefix_hit_tokens"]
     requests_table = result.requests
     return {"queries": queries, "hits": hits, "hit_rate_pct": hit_rate_pct(hits, queries),
             "first_prefill_cached_tokens": int(requests_table["cached_prompt_tokens"].sum()),
@@ -209,8 +211,7 @@ def mmsim_hit_rate(case: PrefixCase, requests: list[PrefixRequest], config: Path
 
 @contextlib.contextmanager
 def _captured_engines() -> Iterator[list]:
-    """The Engines that ``sim.simulation.simulate`` builds meanwhile (its run summary does not carry the
-    prefix-cache counters)."""
+    """The Engines that ``sim.simulation.simulate`` builds meanwhile, to check the KV pool they were given."""
 
     built: list = []
     original = simulation.Engine

@@ -54,6 +54,12 @@ class Gpu:
         """Memory held by cached prefix blocks no request holds: free to allocate, evicted when needed."""
         return sum(len(i.prefix_cache.idle) * i.block_bytes for i in self.instances if i.prefix_cache is not None)
 
+    def settle_idle_cache(self, allocating: Instance) -> None:
+        """``allocating`` just took free blocks, some of which may have been idle cached ones (its own, or on a
+        shared GPU any instance's): evict those. The common case, one instance with nothing idle, costs a check."""
+        if len(self.instances) > 1 or (allocating.prefix_cache is not None and allocating.prefix_cache.idle):
+            self.evict_idle_cache()
+
     def evict_idle_cache(self) -> None:
         """Evict idle cached blocks, released longest ago first across this GPU's instances, until the rest
         fit in the free memory (allocations take free blocks, and an idle cached block is a free one)."""
@@ -173,9 +179,7 @@ class Gpu:
                 break
             # Blocked (e.g. no KV room while a co-resident instance holds it) until something changes.
             self.blocked.add(instance)
-        if len(self.instances) > 1 or (instance.prefix_cache is not None and instance.prefix_cache.idle):
-            self.evict_idle_cache()  # the step's allocations took free blocks, some of them idle cached ones (any
-            # instance's on this GPU)
+        self.settle_idle_cache(instance)  # the step's allocations took free blocks
         step.start_s = now
         self.current = step
         self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))

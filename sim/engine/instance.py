@@ -164,8 +164,8 @@ class Instance:
         self.blocks += new_blocks
         self.context_tokens += len(self.running) * iterations
         self.iteration += iterations
-        if new_blocks and (len(self.gpu.instances) > 1 or (self.prefix_cache is not None and self.prefix_cache.idle)):
-            self.gpu.evict_idle_cache()  # growth takes free blocks, perhaps another instance's idle cached ones
+        if new_blocks:
+            self.gpu.settle_idle_cache(self)
 
     def decode_blocks_needed(self) -> int:
         return self.phases.next_blocks(self.iteration)
