@@ -6,6 +6,10 @@ Llama-2-70B at tensor_parallel 2 on A100-80GB GPUs, 4 replicas (8 GPUs), Sarathi
 TPOT and E2E, and the simulation's speed (requests per wall-second of the event loop and of the process).
 
     python benchmarks/vidur_reference.py [--requests 10000] [--rate 1.2] [--mode fast|exact]
+                                         [--tensor-parallel 2] [--pipeline-parallel 1]
+
+Other degrees keep the 8 GPUs, in 8 / (tp x pp) replicas (Vidur's ``--replica_config_tensor_parallel_size``
+and ``--replica_config_num_pipeline_stages``).
 
 Run it from outside the repository (or after ``pip install .``) to measure the compiled engine.
 """
@@ -27,13 +31,16 @@ TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "sharegpt_vi
 MODEL = "llama-2-70b"
 
 
-def scenario():
+def scenario(tensor_parallel: int = 2, pipeline_parallel: int = 1):
     from sim.scenario import parse_scenario
+
+    size = tensor_parallel * pipeline_parallel
 
     return parse_scenario({
         "name": "vidur-reference", "profile": "a100-80gb", "seed": 0,
         "cluster": {"nodes": 1, "gpus_per_node": 8, "host_memory_gb": 1024},
-        "models": [{"name": MODEL, "tensor_parallel": 2, "gpus": [0, 2, 4, 6]}],
+        "models": [{"name": MODEL, "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
+                    "gpus": list(range(0, 8, size))}],
         "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
                                    "mix": {MODEL: 1.0}, "prompt_tokens": {"dist": "constant", "value": 1},
                                    "output_tokens": {"dist": "constant", "value": 1}}},
@@ -61,15 +68,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=1.2, help="Poisson arrivals per second (cluster-wide)")
     parser.add_argument("--mode", choices=("fast", "exact"), default="fast")
+    parser.add_argument("--tensor-parallel", type=int, choices=(1, 2, 4, 8), default=2)
+    parser.add_argument("--pipeline-parallel", type=int, choices=(1, 2, 4, 8), default=1)
     args = parser.parse_args()
+    size = args.tensor_parallel * args.pipeline_parallel
+    if size > 8:
+        parser.error("tensor_parallel x pipeline_parallel must fit the 8 GPUs")
     from sim.engine import build
     from sim.simulation import simulate
 
-    result = simulate(scenario(), mode=args.mode, chunks=requests(args.requests, args.rate))
+    result = simulate(scenario(args.tensor_parallel, args.pipeline_parallel), mode=args.mode,
+                      chunks=requests(args.requests, args.rate))
     s, frame = result.summary, result.requests
     done = frame[frame["status"] == "completed"]
     loop_s, total_s = s["sim_wall_seconds"], time.perf_counter() - STARTED
-    print(f"Vidur reference: {MODEL} TP2 x 4 replicas on A100-80GB, chunk 512, batch <= 128, Poisson {args.rate}/s, "
+    print(f"Vidur reference: {MODEL} TP{args.tensor_parallel} PP{args.pipeline_parallel} x {8 // size} replicas on "
+          f"A100-80GB, chunk 512, batch <= 128, Poisson {args.rate}/s, "
           f"{args.requests:,} ShareGPT requests; engine {build()}, {args.mode} mode")
     print(f"  completed {len(done):,}/{len(frame):,}; throughput {s['throughput_tokens_per_s']:,.0f} output tokens/s, "
           f"{s['throughput_requests_per_s']:.2f} requests/s over {s['simulated_seconds']:,.0f} simulated s")

@@ -48,6 +48,7 @@ class Measurements:
     on_device: dict[str, DeviceResults]
     on_cpu: dict[str, DeviceResults] = field(default_factory=dict)  # empty when the device is the CPU
     link: dict[str, dict] = field(default_factory=dict)  # TransferFit fields per direction
+    interconnect: dict | None = None  # Interconnect fields; None with fewer than two GPUs (the default applies)
     load_disk: list[dict] = field(default_factory=list)
     load_disk_note: str = ""
     load_host: list[dict] = field(default_factory=list)
@@ -79,11 +80,12 @@ def hardware(m: Measurements) -> dict:
                    f"copy {m.device_roofline['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (read + write)")
     cpu_what = (f"{m.dtype} GEMM {m.cpu_roofline['flops_per_s'] / 1e12:.3f} TFLOP/s, "
                 f"copy {m.cpu_roofline['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s (read + write)")
-    return {
+    section = {
         "gpu": _figures(m.gpu, m.device_roofline, "memory_bandwidth_bytes_per_s", "bf16_flops_per_s", device_what),
         "cpu": _figures(m.cpu, m.cpu_roofline, "memory_bandwidth_bytes_per_s", "flops_per_s", cpu_what),
         "software": m.software,
     }
+    return section | ({"interconnect": m.interconnect} if m.interconnect else {})
 
 
 def at_batch(samples: list[dict], batch: int) -> float:

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from calibrate.bench_interconnect import (activation_sizes_bytes, describe, fit_interconnect, measure_interconnect,
+                                          node_interconnect)
 from calibrate.build import write_profile
 from calibrate.hardware import resolve_device
 from calibrate.layers import torch_dtype
@@ -25,6 +27,7 @@ from calibrate.run import Request, run_calibration, total_steps
 from calibrate.validate import LoopShape, choose_model, validate
 from sim.catalogue import get_model
 from sim.errors import MmsimError
+from sim.files import load_json
 from sim.profile import load_profile
 
 QUICK_MODELS = ("qwen2.5-3b",)
@@ -75,6 +78,7 @@ def calibrate_command(gpu: int | None, device: str | None, models: str | None, q
                   f"load: disk {weights.from_disk.bandwidth_bytes_per_s / 1e9:.2f} GB/s + {weights.from_disk.fixed_s:.3f} s, "
                   f"host {weights.from_host.bandwidth_bytes_per_s / 1e9:.2f} GB/s; "
                   f"unload {weights.unload.fixed_s:.3f} s + {weights.unload.seconds_per_gib:.4f} s/GiB", highlight=False)
+    console.print(profile.hardware.software["interconnect"], highlight=False)
     console.print(f"wrote {path} in {elapsed:.1f} s", highlight=False)
     return path
 
@@ -105,6 +109,35 @@ def validate_command(profile_ref: str, model: str | None, device: str | None, sh
                           f"{result['prefill_error_pct']:+.1f}%"]]))
     console.print(f"decode error {result['error_pct']:+.1f}% is {verdict} the ±{result['target_pct']:.0f}% target")
     return result
+
+
+def interconnect_command(path: Path, cpu_ranks: int, repeats: int, timeout_s: float) -> dict | None:
+    """Measure the interconnect between this node's GPUs into the profile file at ``path``; returns the section
+    written, or None where fewer than two GPUs leave the profile as it is. With ``cpu_ranks`` the same benchmark
+    runs over that many CPU processes with gloo instead (a check of the benchmark, not of a GPU link)."""
+    if not path.is_file():
+        raise MmsimError("is not a profile file; write one first (mmsim calibrate, or mmsim profiles show NAME "
+                         "--json > FILE)", source=str(path))
+    load_profile(str(path))  # a bad profile is refused before any measuring
+    sizes = activation_sizes_bytes()
+    if cpu_ranks:
+        samples = measure_interconnect(cpu_ranks, "gloo", "cpu", sizes, repeats, timeout_s)
+        section = fit_interconnect(samples, "loopback", f"gloo over {cpu_ranks} CPU processes (not a GPU link)")
+        line = describe(section)
+    else:
+        import torch
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        with stderr.status("timing all-reduce and send/recv between the GPUs"):
+            section, line = node_interconnect(device, sizes, repeats, timeout_s)
+    console.print(line, highlight=False)
+    if section is not None:
+        data = load_json(path)
+        data["hardware"]["interconnect"] = section
+        write_profile(data, path)
+        console.print(f"wrote hardware.interconnect into {path}", highlight=False)
+    else:
+        console.print(f"{path} is left as it was", highlight=False)
+    return section
 
 
 def _record(path: Path, result: dict) -> None:

@@ -1,4 +1,5 @@
-"""Run a whole calibration: identity, roofline, per-model compute, link, weight movement; then fit and assemble.
+"""Run a whole calibration: identity, roofline, per-model compute, link, interconnect, weight movement; then fit and
+assemble.
 
 ``run_calibration`` is what ``mmsim calibrate`` calls; it reports each finished
 measurement to a progress callback and returns the profile as a dict.
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 
 from calibrate.bench_compute import bench_model, reference_batch
+from calibrate.bench_interconnect import activation_sizes_bytes, node_interconnect
 from calibrate.bench_roofline import roofline
 from calibrate.bench_transfer import bench_link, link_fits, pinned_options
 from calibrate.bench_weights import bench_load_disk, bench_load_host, bench_unload
@@ -25,6 +27,7 @@ from calibrate.layers import torch_dtype
 from calibrate.plan import ComputePlan, Plan, Tick, no_progress
 from calibrate.timing import configure
 from sim.catalogue import ModelSpec
+from sim.errors import MmsimError
 
 CPU = torch.device("cpu")
 CPU_GEMM_SIZE = 1024  # a CPU without native fp16 math runs larger products for seconds
@@ -47,7 +50,7 @@ def total_steps(plan: Plan, request: Request) -> int:
     per_model = plan.device.points + (plan.cpu.points if plan.cpu else 0)
     link = len(pinned_options(request.device)) * len(plan.transfer_sizes_bytes) * 2
     weights = 2 * len(plan.load_sizes_bytes) + len(plan.unload_sizes_bytes)
-    return 2 + len(request.models) * per_model + link + weights
+    return 3 + len(request.models) * per_model + link + weights
 
 
 def reference_point(plan: ComputePlan) -> ReferencePoint:
@@ -83,6 +86,12 @@ def run_calibration(request: Request, plan: Plan, tick: Tick = no_progress) -> d
 
     copy_counts = tuple(sorted({2 * spec.num_layers for spec in request.models}))
     link_samples = bench_link(device, plan.transfer_sizes_bytes, copy_counts, plan.transfer_repeats, tick)
+    try:
+        interconnect, interconnect_line = node_interconnect(
+            device, activation_sizes_bytes(tuple(spec.hidden_size for spec in request.models)), plan.transfer_repeats)
+    except MmsimError as error:  # minutes of other measurements are worth keeping without it
+        interconnect, interconnect_line = None, f"interconnect not measured: {error}; the default applies"
+    tick("interconnect between GPUs")
 
     with tempfile.TemporaryDirectory(dir=request.workdir, prefix=".mmsim-calibrate-") as scratch:
         disk, dropped = bench_load_disk(device, plan.load_sizes_bytes, plan.weight_tensor_bytes, Path(scratch),
@@ -95,10 +104,12 @@ def run_calibration(request: Request, plan: Plan, tick: Tick = no_progress) -> d
 
     measurements = Measurements(
         device_type=device.type, dtype=request.dtype, gpu=gpu, cpu=cpu,
-        software=software_versions(device, request.plan_name), device_roofline=device_roof, cpu_roofline=cpu_roof,
+        software=software_versions(device, request.plan_name) | {"interconnect": interconnect_line},
+        device_roofline=device_roof, cpu_roofline=cpu_roof,
         device_reference=reference_point(plan.device), cpu_reference=reference_point(cpu_plan),
         specs={spec.name: spec for spec in request.models}, on_device=on_device, on_cpu=on_cpu,
-        link=link_fits(device, link_samples), load_disk=disk, load_disk_note=disk_note, load_host=host, unload=unload,
+        link=link_fits(device, link_samples), interconnect=interconnect, load_disk=disk, load_disk_note=disk_note,
+        load_host=host, unload=unload,
     )
     name = default_name(gpu["name"])
     description = (f"Calibrated on {gpu['name']} / {cpu['model']} by mmsim calibrate "

@@ -78,7 +78,7 @@ def measure(fn: Callable[[], object], device: torch.device, warmup: int = 1, rep
     synchronize(device)
     samples = []
     for _ in range(repeats):
-        samples.append(_time_once(fn, device))
+        samples.append(time_once(fn, device))
     return Timing.of(samples, device)
 
 
@@ -101,13 +101,14 @@ def measure_rounds(makers: list[Callable[[], Callable[[], object]]], device: tor
             for _ in range(warmup if round_index == 0 else 0):
                 fn()
             synchronize(device)
-            samples[index].append(_time_once(fn, device))
+            samples[index].append(time_once(fn, device))
             del fn
             tick(round_index, index)
     return [Timing.of(s, device) for s in samples]
 
 
-def _time_once(fn: Callable[[], object], device: torch.device) -> float:
+def time_once(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one call: CUDA events on a GPU, the wall clock on the CPU (see the module docstring)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize(device)

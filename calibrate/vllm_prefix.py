@@ -43,7 +43,7 @@ from sim.engine.memory import reserve_bytes
 from sim.profile import load_profile
 from sim.scenario import parse_scenario
 import sim.simulation as simulation
-from sim.simulation import GIB, simulate
+from sim.simulation import GIB, RunResult, simulate
 
 MODEL = "tiny-qwen2"
 PROFILE = Path(__file__).resolve().parent.parent / "sim" / "data" / "profiles" / "h100-sxm.json"
@@ -172,41 +172,50 @@ def usable_blocks(case: PrefixCase) -> int:
 
 
 def mmsim_hit_rate(case: PrefixCase, requests: list[PrefixRequest], config: Path) -> dict:
-    """Simulate ``requests`` in mmsim (one device, ``static`` policy, the case's limits and exactly the KV
-    blocks vLLM can use of its ``case.kv_blocks``); the run's prefix-cache counters over every admission."""
-    spec = register_model(model_from_hf_config(config, MODEL))
-    dtype = "fp32"
-    costs = ModelCosts(load_profile(PROFILE), spec, dtype)
-    resident = costs.gpu_weight_bytes(1.0) + reserve_bytes(spec, case.max_num_batched_tokens, case.max_num_seqs)
-    block_bytes = case.block_size * costs.kv_bytes_per_token
-    memory_gb = (resident + (usable_blocks(case) + 0.5) * block_bytes) / GIB
-    lead_s = costs.reload_s() + 1.0  # the weights are loaded before the first request, as in vLLM
-    with tempfile.TemporaryDirectory(prefix="mmsim-prefix-") as folder, _captured_engines() as engines:
-        path = Path(folder) / "trace.jsonl"
-        pd.DataFrame({"arrival_s": [lead_s + r.arrival_s for r in requests], "model": MODEL,
-                      "prompt_tokens": [len(r.tokens) for r in requests],
-                      "output_tokens": [r.output_tokens for r in requests],
-                      "prefix_ids": [list(r.prefix_ids) for r in requests]}).to_json(path, orient="records", lines=True)
-        data = {"name": "vllm-prefix", "profile": str(PROFILE),
-                "cluster": {"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 64.0, "gpu_memory_gb": memory_gb},
-                "models": [{"name": MODEL, "dtype": dtype, "config": str(Path(config).resolve()),
-                            "max_model_len": case.max_model_len}],
-                "workload": {"trace": {"path": str(path), "format": "mmsim"}, "prefix_block_tokens": case.block_size},
-                "engine": {"max_num_seqs": case.max_num_seqs, "max_num_batched_tokens": case.max_num_batched_tokens,
-                           "block_size": case.block_size, "chunked_prefill": True, "gpu_memory_utilization": 1.0,
-                           "prefix_caching": True},
-                "policy": {"name": "static"}}
-        result = simulate(parse_scenario(data, "vllm prefix"), base_dir=Path(folder), mode="fast")
-    (engine,) = engines
-    instance = engine.instances[0]
-    pool = instance.free_blocks() + instance.blocks
-    assert pool == usable_blocks(case), f"mmsim's pool is {pool} blocks, not {usable_blocks(case)}"
+    """Simulate ``requests`` in mmsim (see :func:`simulate_prefix_trace`); the run's prefix-cache counters over
+    every admission."""
+    result, _ = simulate_prefix_trace(case, requests, config, PROFILE)
     counters = result.summary["prefix_cache"]
     queries, hits = counters["prefix_queried_tokens"], counters["prefix_hit_tokens"]
     requests_table = result.requests
     return {"queries": queries, "hits": hits, "hit_rate_pct": hit_rate_pct(hits, queries),
             "first_prefill_cached_tokens": int(requests_table["cached_prompt_tokens"].sum()),
             "preemptions": int(requests_table["preemptions"].sum())}
+
+
+def simulate_prefix_trace(case: PrefixCase, requests: list[PrefixRequest], config: Path, profile: Path,
+                          caching: bool = True) -> tuple[RunResult, float]:
+    """``requests`` through mmsim: one device, ``static`` policy, the case's limits and exactly the KV blocks
+    vLLM can use of its ``case.kv_blocks``. Returns the run's result and ``lead_s``, the seconds added to every
+    arrival so that the weights are loaded before the first one, as vLLM has them."""
+    spec = register_model(model_from_hf_config(config, MODEL))
+    dtype = "fp32"
+    costs = ModelCosts(load_profile(profile), spec, dtype)
+    resident = costs.gpu_weight_bytes(1.0) + reserve_bytes(spec, case.max_num_batched_tokens, case.max_num_seqs)
+    block_bytes = case.block_size * costs.kv_bytes_per_token
+    memory_gb = (resident + (usable_blocks(case) + 0.5) * block_bytes) / GIB
+    lead_s = costs.reload_s() + 1.0
+    with tempfile.TemporaryDirectory(prefix="mmsim-prefix-") as folder, _captured_engines() as engines:
+        path = Path(folder) / "trace.jsonl"
+        pd.DataFrame({"arrival_s": [lead_s + r.arrival_s for r in requests], "model": MODEL,
+                      "prompt_tokens": [len(r.tokens) for r in requests],
+                      "output_tokens": [r.output_tokens for r in requests],
+                      "prefix_ids": [list(r.prefix_ids) for r in requests]}).to_json(path, orient="records", lines=True)
+        data = {"name": "vllm-prefix", "profile": str(Path(profile).resolve()),
+                "cluster": {"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 64.0, "gpu_memory_gb": memory_gb},
+                "models": [{"name": MODEL, "dtype": dtype, "config": str(Path(config).resolve()),
+                            "max_model_len": case.max_model_len}],
+                "workload": {"trace": {"path": str(path), "format": "mmsim"}, "prefix_block_tokens": case.block_size},
+                "engine": {"max_num_seqs": case.max_num_seqs, "max_num_batched_tokens": case.max_num_batched_tokens,
+                           "block_size": case.block_size, "chunked_prefill": True, "gpu_memory_utilization": 1.0,
+                           "prefix_caching": caching},
+                "policy": {"name": "static"}}
+        result = simulate(parse_scenario(data, "vllm prefix"), base_dir=Path(folder), mode="fast")
+    (engine,) = engines
+    instance = engine.instances[0]
+    pool = instance.free_blocks() + instance.blocks
+    assert pool == usable_blocks(case), f"mmsim's pool is {pool} blocks, not {usable_blocks(case)}"
+    return result, lead_s
 
 
 @contextlib.contextmanager

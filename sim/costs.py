@@ -119,7 +119,7 @@ class _PrefillLayer:
         self.per_token_s: float = cost.prefill_per_token_s
         self.per_token_sq_s: float = cost.prefill_per_token_sq_s
 
-    def seconds(self, tokens: int, quadratic: int) -> float:
+    def seconds(self, tokens: float, quadratic: float) -> float:
         return self.base_s + self.per_token_s * tokens + self.per_token_sq_s * quadratic
 
 
@@ -231,10 +231,10 @@ class ModelCosts:
         launch = min(seconds, self._launch_s)
         return launch + (seconds - launch) / self._tp
 
-    def parallel_comm_s(self, tokens: int) -> float:
-        """Communication of one step over ``tokens`` tokens: two ring all-reduces of their activations per layer
-        across the tensor-parallel ranks (after attention and after the MLP), and one hand-off between each
-        pair of consecutive pipeline stages."""
+    def parallel_comm_s(self, tokens: float) -> float:
+        """Communication of one (micro-)batch of ``tokens`` tokens through the model: two ring all-reduces of their
+        activations per layer across the tensor-parallel ranks (after attention and after the MLP), and one
+        hand-off between each pair of consecutive pipeline stages."""
         if self._tp == 1 and self._pp == 1:
             return 0.0
         activation_bytes = tokens * self._activation_bytes_per_token
@@ -246,6 +246,14 @@ class ModelCosts:
             stage = self._stage_link
             seconds += (self._pp - 1) * (stage.latency_s + activation_bytes / stage.bandwidth_bytes_per_s)
         return seconds
+
+    def _micro_batch(self, sequences: int, in_step: int) -> tuple[int, float]:
+        """How many of a step's ``sequences`` decodes (or chunks) the largest of its ``min(pp, in_step)`` micro-batches
+        in flight (vLLM's virtual engines, of whole sequences, as even as they allow) holds, and its share of them."""
+        if self._pp == 1 or sequences == 0:
+            return sequences, 1.0
+        largest = -(-sequences // min(self._pp, in_step))
+        return largest, largest / sequences
 
     # -- sizes ---------------------------------------------------------------------------------
     @property
@@ -284,10 +292,12 @@ class ModelCosts:
             n_gpu, n_cpu, boundary = self._layers, 0, 0.0
         else:
             factor, boundary = 1.0, (self.boundary_s if 0 < n_gpu < self._layers else 0.0)
+        micro, share = self._micro_batch(batch, batch)
         (g_base, g_context), (c_base, c_context) = self.gpu_decode, self.cpu_decode
-        base = (n_gpu * self._split(g_base.at(batch)) + n_cpu * c_base.at(batch) + boundary
-                + self._head_s(n_gpu > 0, batch) + self.parallel_comm_s(batch))
-        per_context = (n_gpu * g_context.at(batch) + n_cpu * c_context.at(batch)) * self._kv_read_share
+        base = (n_gpu * self._split(g_base.at(micro)) + n_cpu * c_base.at(micro) + boundary
+                + self._head_s(n_gpu > 0, micro) + self.parallel_comm_s(micro))
+        # The largest micro-batch holds its share of the context (exactly 1 without a pipeline).
+        per_context = (n_gpu * g_context.at(micro) + n_cpu * c_context.at(micro)) * self._kv_read_share * share
         # The engine's CPU overhead does not move with the layers: the offload curve does not scale it.
         result = StepCoefficients(base * factor + self._overhead_s(batch), per_context * factor)
         self._coefficients[key] = result
@@ -310,6 +320,8 @@ class ModelCosts:
 
     def _prefill_step_s(self, tokens: int, quadratic: int, sequences: int, gpu_share: float) -> float:
         """A step of ``sequences`` prefill chunks, ``tokens`` in all, with attention term ``quadratic``."""
+        if self._pp > 1:
+            return self._pipelined_s(0, 0.0, tokens, quadratic, sequences)
         n_gpu = self.gpu_layers(gpu_share)
         n_cpu = self._layers - n_gpu
         boundary = self.boundary_s if 0 < n_gpu < self._layers else 0.0
@@ -328,11 +340,30 @@ class ModelCosts:
         P_i^2 + 2 P_i C_i over the chunks (chunk P_i over C_i cached tokens): fixed costs are paid once."""
         if prefills == 0:
             return self.decode_step_s(batch, context_tokens, gpu_share)
+        if self._pp > 1:
+            return self._pipelined_s(batch, context_tokens, prefill_tokens, prefill_quadratic, prefills)
         prefill = self._prefill_step_s(prefill_tokens, prefill_quadratic, prefills, gpu_share)
         if batch == 0:
             return prefill
         overlap = self.decode_step_s(0, 0, gpu_share)
         return prefill + self.decode_step_s(batch, context_tokens, gpu_share) - overlap
+
+    def _pipelined_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,
+                     prefills: int) -> float:
+        """:meth:`mixed_step_s` under a pipeline: the pass through every stage of a micro-batch of as many decodes and
+        chunks as the largest hold, with their shares of context and chunk tokens (docs/parallel.md); CPU overhead
+        for every sequence. Parallel instances are never offloaded: every layer is on a GPU."""
+        sequences = batch + prefills
+        decodes, decode_share = self._micro_batch(batch, sequences)
+        chunks, chunk_share = self._micro_batch(prefills, sequences)
+        tokens = prefill_tokens * chunk_share
+        base, context = self.gpu_decode
+        split, head, comm = self._split, self.head_gpu.at, self.parallel_comm_s
+        # The terms of mixed_step_s (a prefill step plus a decode step less what they share), per micro-batch.
+        layer_s = (split(self._gpu_prefill.seconds(tokens, prefill_quadratic * chunk_share)) + split(base.at(decodes))
+                   - split(base.at(0)) + context.at(decodes) * self._kv_read_share * context_tokens * decode_share)
+        return (self._layers * layer_s + split(head(chunks)) + split(head(decodes)) - split(head(0))
+                + comm(tokens) + comm(decodes) - comm(0) + self._overhead_s(sequences))
 
     # -- movement ------------------------------------------------------------------------------
     def kv_transfer_s(self, tokens: int, direction: str) -> float:

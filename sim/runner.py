@@ -33,16 +33,20 @@ def default_run_dir(scenario: Scenario, policy: str, seed: int) -> Path:
     """``reports/runs/NAME-POLICY-PROFILE-sSEED`` with each part made safe for a path."""
     profile = Path(scenario.profile).stem if scenario.profile.endswith(".json") else scenario.profile
     parts = (safe_name(scenario.name, "scenario"), safe_name(policy, "policy"), safe_name(profile, "profile"))
+    if scenario.autoscaler.name != "none":
+        parts += (safe_name(scenario.autoscaler.name, "autoscaler"),)
     return Path("reports/runs") / f"{'-'.join(parts)}-s{seed}"
 
 
 def gpu_count(scenario: Scenario, base_dir: Path) -> int:
-    """GPUs (or MIG slices) the scenario's cluster has."""
+    """GPUs (or MIG slices) the scenario's cluster may have: every pool at its ``max_nodes``."""
     from sim.profile import load_profile
 
-    cluster = scenario.cluster
-    per_node = cluster.gpus_per_node or load_profile(scenario.profile, base_dir).hardware.gpu.gpus_per_node
-    return cluster.nodes * per_node * (cluster.mig.slices_per_gpu if cluster.mig else 1)
+    total = 0
+    for pool in scenario.pools:  # a profile is read only where a pool does not say its GPUs per node
+        per_node = pool.gpus_per_node or load_profile(pool.profile, base_dir).hardware.gpu.gpus_per_node
+        total += pool.max_nodes * per_node * (pool.mig.slices_per_gpu if pool.mig else 1)
+    return total
 
 
 def check_run_size(scenario: Scenario, base_dir: Path, source: str | None = None) -> None:

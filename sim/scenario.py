@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sim.catalogue import BITS_PER_WEIGHT, catalogue
 from sim.errors import MmsimError, validate_mapping
 from sim.files import cut, load_yaml
+from sim.fleet.config import Autoscaler, ColdStart, MigConfig, Pool
 from sim.workload.config import MAX_TIME_S, WorkloadConfig
 
 MAX_NODES = 1024
@@ -27,19 +28,41 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-class MigConfig(Strict):
-    """Split every GPU into MIG slices of one profile (each slice is a separate, smaller GPU)."""
-
-    profile: str
-    slices_per_gpu: int = Field(ge=1, le=7)
-
-
 class ClusterConfig(Strict):
+    """One pool of fixed nodes of the scenario's profile (the fields here), or ``pools`` of nodes of their own."""
+
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE, description="default: the profile's")
     host_memory_gb: float = Field(default=256.0, gt=0, le=1e6)
     gpu_memory_gb: float | None = Field(default=None, gt=0, le=1e4, description="override the profile's GPU memory")
     mig: MigConfig | None = None
+    price_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e4, description="US$ (default: per profile)")
+    pools: list[Pool] | None = Field(default=None, min_length=1, max_length=64)
+    placement: Literal["hardware-aware", "blind"] = Field(default="hardware-aware", description="which pool a model's "
+                                                          "instances go to: the one fitting it best, or the first")
+
+    @model_validator(mode="after")
+    def _pools_alone(self) -> "ClusterConfig":
+        if self.pools is None:
+            return self
+        beside = sorted(self.model_fields_set - {"pools", "placement"})
+        if beside:
+            raise ValueError(f"give {', '.join(beside)} per pool when the cluster has pools")
+        names = [pool.name for pool in self.pools]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"pools named twice: {', '.join(twice)}")
+        if sum(pool.max_nodes for pool in self.pools) > MAX_NODES:
+            raise ValueError(f"the pools' max_nodes add up to more than {MAX_NODES} nodes")
+        return self
+
+    def node_pools(self, profile: str) -> list[Pool]:
+        """The cluster's pools; a cluster without ``pools`` is one pool, ``default``, of fixed size."""
+        if self.pools is not None:
+            return [pool if pool.profile else pool.model_copy(update={"profile": profile}) for pool in self.pools]
+        return [Pool(name="default", profile=profile, nodes=self.nodes, min_nodes=self.nodes, max_nodes=self.nodes,
+                     gpus_per_node=self.gpus_per_node, host_memory_gb=self.host_memory_gb,
+                     gpu_memory_gb=self.gpu_memory_gb, mig=self.mig, price_per_gpu_hour=self.price_per_gpu_hour)]
 
 
 class ModelEntry(Strict):
@@ -166,6 +189,8 @@ class Scenario(Strict):
     engine: EngineSection = Field(default_factory=EngineSection)
     policy: PolicySection = Field(default_factory=PolicySection)
     routing: RoutingSection = Field(default_factory=RoutingSection)
+    cold_start: ColdStart = Field(default_factory=ColdStart)
+    autoscaler: Autoscaler = Field(default_factory=Autoscaler)
     sample_interval_s: float | None = Field(default=None, ge=1e-3, le=MAX_TIME_S, description="time-series sampling period")
 
     @model_validator(mode="after")
@@ -177,8 +202,17 @@ class Scenario(Strict):
         for key in self.slo:
             if key != "default" and key not in names:
                 raise ValueError(f"slo.{key}: not a model of this scenario (expected 'default' or one of {', '.join(names)})")
+        idle = self.autoscaler.scale_to_zero_idle_s
+        for key in (idle if isinstance(idle, dict) else {}):
+            if key not in names:
+                raise ValueError(f"autoscaler.scale_to_zero_idle_s.{key}: not a model of this scenario "
+                                 f"(expected one of {', '.join(names)})")
         self.workload.serve(names)
         return self
+
+    @property
+    def pools(self) -> list[Pool]:
+        return self.cluster.node_pools(self.profile)
 
     def check_requested_models(self, source: str) -> None:
         """A workload naming a model the scenario does not serve is an error: its requests would all be dropped
@@ -198,15 +232,41 @@ class Scenario(Strict):
         return Slo(**{k: getattr(own, k) if getattr(own, k) is not None else getattr(base, k) for k in Slo.model_fields})
 
 
+def with_autoscaler(scenario: Scenario, name: str) -> Scenario:
+    """``scenario`` under another autoscaler (its parameters kept only if it is the same one), checked as a
+    scenario's own would be."""
+    from sim.fleet.autoscalers import make_autoscaler
+
+    own = scenario.autoscaler
+    params = own.params if name == own.name else {}
+    make_autoscaler(name, params)
+    return scenario.model_copy(update={"autoscaler": own.model_copy(update={"name": name, "params": params})})
+
+
 def parse_scenario(data: object, source: str, base_dir: Path | None = None) -> Scenario:
     """Validate parsed scenario data strictly: ``"16"`` is not a number, ``true`` not a time. A model's relative
     ``config`` path is read from ``base_dir`` (the scenario file's folder), when given."""
     if base_dir is None:
-        return validate_mapping(Scenario, data, source, strict=True)
+        return _check_autoscaler(validate_mapping(Scenario, data, source, strict=True), source)
     from sim.catalogue import configs_relative_to
 
     with configs_relative_to(Path(base_dir)):
-        return validate_mapping(Scenario, data, source, strict=True)
+        return _check_autoscaler(validate_mapping(Scenario, data, source, strict=True), source)
+
+
+def _check_autoscaler(scenario: Scenario, source: str) -> Scenario:
+    """An unknown autoscaler or parameter is an error when the scenario is read, not when the run reaches it
+    (a user's file is loaded only once the user has allowed it)."""
+    from sim.fleet.autoscalers import make_autoscaler
+    from sim.policies.registry import is_policy_file
+
+    config = scenario.autoscaler
+    if not is_policy_file(config.name):
+        try:
+            make_autoscaler(config.name, config.params)
+        except MmsimError as error:
+            raise MmsimError(error.args[0], source=source, field=error.field) from None
+    return scenario
 
 
 def read_yaml(path: Path, what: str = "YAML file") -> object:

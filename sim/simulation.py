@@ -16,11 +16,10 @@ from sim.catalogue import get_model
 from sim.costs import ModelCosts
 from sim.engine import arrivals
 from sim.engine.engine import Engine, EngineConfig
-from sim.engine.gpu import Gpu
 from sim.engine.routing import Router
-from sim.engine.transfers import Node
 from sim.errors import MmsimError
-from sim.profile import Profile, load_profile
+from sim.fleet.hardware import build_hardware, pool_layouts
+from sim.fleet.placement import pool_preference
 from sim.policies.registry import make_policy
 from sim.results import ColumnTable, RequestTable, event_table, sample_table
 from sim.summary import summarize
@@ -63,49 +62,8 @@ class RunResult:
         return self.tables.samples.frame()
 
 
-def build_hardware(env: simpy.Environment, scenario: Scenario, profile: Profile) -> tuple[list[Gpu], list[Node]]:
-    """Nodes and GPUs (or MIG slices) of the scenario's cluster, with usable memory per vLLM's utilisation cap."""
-    cluster, gpu_info = scenario.cluster, profile.hardware.gpu
-    per_node = cluster.gpus_per_node or gpu_info.gpus_per_node
-    memory = int(cluster.gpu_memory_gb * GIB) if cluster.gpu_memory_gb else gpu_info.memory_bytes
-    slices = [(memory, 1.0)]
-    if cluster.mig:
-        mig = gpu_info.mig_profiles.get(cluster.mig.profile)
-        if mig is None:
-            raise MmsimError(f"profile {profile.name} has no MIG profile {cluster.mig.profile!r} "
-                             f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field="cluster.mig.profile")
-        slices = [(mig.memory_bytes, mig.compute_share)] * cluster.mig.slices_per_gpu
-    _check_parallel(scenario, per_node, cluster.nodes * per_node)
-    nodes = [Node(n, int(cluster.host_memory_gb * GIB)) for n in range(cluster.nodes)]
-    usable = scenario.engine.gpu_memory_utilization
-    gpus = []
-    for node in nodes:
-        for _ in range(per_node):
-            for slice_bytes, share in slices:
-                gpus.append(Gpu(env, len(gpus), node.index, int(slice_bytes * usable), share))
-    return gpus, nodes
-
-
-def _check_parallel(scenario: Scenario, per_node: int, total: int) -> None:
-    """Each model's tp x pp GPUs must tile the cluster: tensor-parallel ranks within a node, groups aligned."""
-    for entry in scenario.models:
-        tp, size = entry.tensor_parallel, entry.tensor_parallel * entry.pipeline_parallel
-        field = f"models.{entry.deployment}"
-        if size == 1:
-            continue
-        if scenario.cluster.mig:
-            raise MmsimError("tensor or pipeline parallelism over MIG slices is not supported", field=field)
-        if per_node % tp:
-            raise MmsimError(f"tensor_parallel {tp} does not divide the {per_node} GPUs of a node", field=field)
-        if (per_node % size if size <= per_node else size % per_node) or size > total:
-            raise MmsimError(f"tensor_parallel x pipeline_parallel = {size} GPUs does not tile the cluster's nodes of "
-                             f"{per_node} GPUs ({total} in all)", field=field)
-
-
 def _stalled(engine: Engine) -> bool:
-    busy = any(g.current is not None for g in engine.gpus)
-    moving = any(i.status in ("loading", "draining") for i in engine.instances)
-    return engine.arrivals_done and not busy and not moving
+    return engine.arrivals_done and engine.settled()
 
 
 def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
@@ -143,21 +101,27 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     seed = scenario.seed if seed is None else seed
     policy_name = policy or scenario.policy.name
     policy_params = scenario.policy.params if params is None and policy is None else (params or {})
-    profile = load_profile(scenario.profile, base_dir)
+    layouts = pool_layouts(scenario, base_dir)
+    profile = layouts[0].profile
     env = simpy.Environment()
-    gpus, nodes = build_hardware(env, scenario, profile)
+    gpus, nodes = build_hardware(env, scenario, layouts)
     names = [m.deployment for m in scenario.models]
-    per_node = scenario.cluster.gpus_per_node or profile.hardware.gpu.gpus_per_node
-    costs = [ModelCosts(profile, get_model(m.name), m.dtype, m.kv_dtype, m.tensor_parallel, m.pipeline_parallel,
-                        stages_cross_nodes=m.tensor_parallel * m.pipeline_parallel > per_node) for m in scenario.models]
+    pool_costs = [[ModelCosts(layout.profile, get_model(m.name), m.dtype, m.kv_dtype, m.tensor_parallel,
+                              m.pipeline_parallel, stages_cross_nodes=m.tensor_parallel * m.pipeline_parallel > layout.gpus_per_node)
+                   for m in scenario.models] for layout in layouts]
     config = EngineConfig(**scenario.engine.model_dump(), prefix_block_tokens=scenario.workload.prefix_block_tokens)
-    engine = Engine(env, gpus, nodes, names, costs, config, make_policy(policy_name, policy_params), fast=(mode == "fast"),
-                    max_model_lens=[m.max_model_len for m in scenario.models], gpu_shares=[m.gpu_share for m in scenario.models],
+    engine = Engine(env, gpus, nodes, names, pool_costs[0], config, make_policy(policy_name, policy_params),
+                    fast=(mode == "fast"), max_model_lens=[m.max_model_len for m in scenario.models],
+                    gpu_shares=[m.gpu_share for m in scenario.models],
                     router=Router(scenario.routing.rule, scenario.routing.weights.model_dump()),
-                    parallel=[(m.tensor_parallel, m.pipeline_parallel) for m in scenario.models])
+                    parallel=[(m.tensor_parallel, m.pipeline_parallel) for m in scenario.models],
+                    pool_costs=pool_costs, pool_first_gpus=[layout.first_gpu for layout in layouts])
     mix = _mix_shares(scenario)
     engine.slos = [scenario.slo_for(m.deployment) for m in scenario.models]
-    engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0)}
+    engine.pools = layouts
+    rule = scenario.cluster.placement
+    engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0),
+                            "pools": [layout.index for layout in pool_preference(engine, scenario, layouts, i, rule)]}
                         for i, m in enumerate(scenario.models)}
     if chunks is None:
         from sim.workload.stream import iter_requests
@@ -165,6 +129,7 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     rng = np.random.default_rng([seed, 1])
     started = time.perf_counter()
     engine.policy.setup(engine.view)
+    _start_autoscaler(env, engine, scenario, layouts)
     stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
     env.process(_sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario)))
     with _few_collections():
@@ -175,6 +140,19 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
                         mode, wall_s)
     return RunResult(tables, summary)
+
+
+def _start_autoscaler(env: simpy.Environment, engine: Engine, scenario: Scenario, layouts) -> None:
+    """Run the scenario's autoscaler, if it has one (see :mod:`sim.fleet.controller`)."""
+    config = scenario.autoscaler
+    if config.name == "none":
+        return
+    from sim.fleet.autoscalers import make_autoscaler
+    from sim.fleet.controller import FleetController
+
+    controller = FleetController(engine, scenario, layouts, make_autoscaler(config.name, config.params))
+    engine.fleet = controller
+    env.process(controller.run())
 
 
 @contextmanager

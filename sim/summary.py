@@ -126,9 +126,24 @@ def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, sc
         "unloads": int((kinds == "unload").sum()),
         "mean_resident_models_per_gpu": _mean_resident(samples, engine),
         "prefix_cache": _prefix_cache(engine, None),
+        "per_instance": _per_instance_prefix(engine),
         "per_model": per_model,
+        "fleet": _fleet(engine, events, completed, table),
         "provenance": profile.provenance(),
     }
+
+
+def _fleet(engine, events: ColumnTable, completed: np.ndarray, table: RequestTable) -> dict | None:
+    """GPU-hours and cost (see :mod:`sim.fleet.cost`); None for an engine built without pools."""
+    if not engine.pools:
+        return None
+    from sim.fleet.cost import fleet_summary
+
+    controller = getattr(engine, "fleet", None)
+    tokens = int(table.column("output_tokens")[completed].sum())
+    return fleet_summary(engine, engine.pools, events, int(completed.sum()), tokens,
+                         controller.autoscaler.name if controller else "none",
+                         controller.peak_nodes if controller else None)
 
 
 def _prefix_cache(engine, name: str | None) -> dict:
@@ -140,6 +155,26 @@ def _prefix_cache(engine, name: str | None) -> dict:
     found = sum(engine.prefix_hit_tokens[m] for m in models)
     return {"prefix_queried_tokens": queried, "prefix_hit_tokens": found,
             "prefix_hit_rate": found / queried if queried else 0.0}
+
+
+def _per_instance_prefix(engine) -> list[dict]:
+    """Each instance's prefix-cache figures, in load order: its GPUs, prompt tokens looked up at every admission,
+    those found (= prefill tokens saved) and their share. An unloaded instance leaves the engine with its
+    counters, so what the model's unloaded instances counted is one row per model (``instance`` None), the
+    model's total less its live instances'."""
+    rows, live = [], [[0, 0] for _ in engine.model_names]
+    for instance in engine.instances:
+        gpus = [g.index for g in instance.shards] if instance.shards else [instance.gpu.index]
+        rows.append((instance.uid, instance.name, gpus, instance.prefix_query_tokens, instance.prefix_hit_tokens))
+        live[instance.model][0] += instance.prefix_query_tokens
+        live[instance.model][1] += instance.prefix_hit_tokens
+    for model, name in enumerate(engine.model_names):
+        gone = engine.prefix_query_tokens[model] - live[model][0]
+        if gone:
+            rows.append((None, name, [], gone, engine.prefix_hit_tokens[model] - live[model][1]))
+    return [{"instance": uid, "model": name, "gpus": gpus, "prefix_queried_tokens": queried, "prefix_hit_tokens": found,
+             "prefix_hit_rate": found / queried if queried else 0.0, "prefill_tokens_saved": found}
+            for uid, name, gpus, queried, found in rows]
 
 
 def _group_rates(table: RequestTable, groups: _Groups, met: np.ndarray) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,37 @@ def shared() -> Path:
     if not SHARED.exists():
         pytest.skip("../shared (public traces and paper reference) is not beside this checkout")
     return SHARED
+
+
+class Hung(Exception):
+    """A run went on past its wall-clock bound."""
+
+
+@contextmanager
+def wall_clock_limit(seconds: int):
+    """Raise :class:`Hung` in the block once ``seconds`` of wall time pass: a hang fails instead of stalling CI."""
+    def expire(_signum, _frame):
+        raise Hung(f"the runs did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def assert_same_times(fast, exact, columns=("first_token_s", "finish_s"), label: object = None) -> None:
+    """Fast-forward and per-iteration runs give the same times, NaN where the other has NaN, up to the last bits
+    of long sums (1e-9 relative): ``fast`` and ``exact`` are request frames in the same row order."""
+    import numpy as np
+
+    for column in columns:
+        a, b = fast[column].to_numpy(float), exact[column].to_numpy(float)
+        assert (np.isnan(a) == np.isnan(b)).all(), (label, column)
+        both = ~np.isnan(a)
+        assert (np.abs(a[both] - b[both]) <= 1e-9 * np.maximum(1.0, np.abs(b[both]))).all(), (label, column)
 
 
 def assert_paged_blocks(instance) -> None:
@@ -57,8 +90,9 @@ def kv_room_hardware(model: str, block_size: int, budget: int, max_seqs: int, ro
 
     build_hardware = simulation.build_hardware
 
-    def sized(env, scenario, profile):
-        gpus, nodes = build_hardware(env, scenario, profile)
+    def sized(env, scenario, layouts):
+        gpus, nodes = build_hardware(env, scenario, layouts)
+        profile = layouts[0].profile
         if room_blocks is not None:
             costs = ModelCosts(profile, get_model(model))
             gpus[0].capacity_bytes = (costs.gpu_weight_bytes(1.0) + reserve_bytes(get_model(model), budget, max_seqs)

@@ -1,12 +1,15 @@
 """The report in headless Chromium: the deciding columns are visible without scrolling at 1400 px and at 420 px,
-and a mixed report is refused.
+the prefix-cache section of a prefix-sharing run is shown without script errors, and a mixed report is refused.
 
 Method: the report is embedded in a host page as an ``<iframe srcdoc>`` exactly W px wide (headless Chromium will
 not make a window narrower than 500 px; a srcdoc frame shares the host's origin, so the host can read its layout).
 A small script in the host measures, on load, the bounding boxes of the deciding table's header cells and of the
 first row's cells with ``getBoundingClientRect`` and writes them as JSON into a ``<pre>``; ``--dump-dom`` returns
 the DOM with it. A cell is visible without scrolling when it lies within both the frame's viewport and the box of
-the table's scroll container, and the page itself does not scroll sideways."""
+the table's scroll container, and the page itself does not scroll sideways.
+
+The prefix-cache section is checked on the report itself, with a script put first in its ``<head>`` that records
+every uncaught error and rejected promise from the start, and measures the section after scrolling to it."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import pytest
 import yaml
 
 from sim.reports.compare import compare
+from tests.conftest import REPO
 
 SCENARIO = {
     "name": "browser", "seed": 5, "profile": "paper-rtx5000",
@@ -127,3 +131,69 @@ def test_mixed_report_is_refused_in_the_cli(report, tmp_path):
     assert mixed.returncode == 0, mixed.stderr
     page = (tmp_path / "m.html").read_text(encoding="utf-8")
     assert page.count('class="group-title"') == 2 and "profile cpu-calibrated" in page
+
+
+PREFIX_PROBE = """<script>
+var seenErrors = [];
+window.addEventListener('error', function (e) { seenErrors.push(String(e.message)); });
+window.addEventListener('unhandledrejection', function (e) { seenErrors.push('rejection: ' + String(e.reason)); });
+window.addEventListener('load', function () {
+  var out = {errors: seenErrors, innerWidth: window.innerWidth, innerHeight: window.innerHeight, panels: []};
+  var heading = Array.prototype.find.call(document.querySelectorAll('figure > h3'), function (h) {
+    return h.textContent.trim() === 'Prefix cache'; });
+  if (heading) {
+    var fig = heading.parentElement;
+    fig.scrollIntoView();
+    out.caption = fig.querySelector('figcaption').textContent;
+    fig.querySelectorAll('.panel svg').forEach(function (svg) {
+      var box = svg.getBoundingClientRect(), style = getComputedStyle(svg);
+      out.panels.push({text: svg.textContent, top: box.top, bottom: box.bottom, left: box.left, right: box.right,
+                       width: box.width, height: box.height, paths: svg.querySelectorAll('path').length,
+                       shown: style.display !== 'none' && style.visibility === 'visible' && style.opacity !== '0'});
+    });
+    out.tableRows = Array.prototype.map.call(fig.querySelectorAll('.prefix-instances tbody tr'), function (tr) {
+      return tr.textContent; });
+  }
+  var pre = document.createElement('pre');
+  pre.id = 'measure';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def prefix_report(tmp_path_factory):
+    """The prefix-sharing scenario cut to a minute and 10 tenants, under two policies that route differently."""
+    root = tmp_path_factory.mktemp("prefix-browser")
+    scenario = yaml.safe_load((REPO / "scenarios" / "prefix-sharing.yaml").read_text())
+    scenario["workload"]["generator"]["duration_s"] = 60
+    scenario["workload"]["generator"]["conversations"]["tenants"] = 10
+    path = root / "prefix-sharing.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    out, _ = compare(path, ["static", "prefix-swap-aware"], seeds=1, out=root / "prefix.html", runs_dir=root / "runs",
+                     show_progress=False)
+    return out
+
+
+def test_prefix_section_is_shown_without_script_errors(prefix_report, tmp_path):
+    page = prefix_report.read_text(encoding="utf-8")
+    assert page.count("<head>") == 1
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("<head>", "<head>" + PREFIX_PROBE), encoding="utf-8")
+    dom = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probed.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
+    assert found, "the probe wrote no measurement: " + dom[-500:]
+    seen = json.loads(html.unescape(found.group(1)))
+    assert seen["errors"] == []
+    hit_rate, ttft = seen["panels"]  # the section exists with its two figures, in this order
+    assert "prompt tokens from cache (%)" in hit_rate["text"] and "mean TTFT (s)" in ttft["text"]
+    for panel in (hit_rate, ttft):
+        assert panel["shown"] and panel["width"] > 200 and panel["height"] > 120, panel
+        # On screen once scrolled to: within the viewport's width, and its top in view.
+        assert 0 <= panel["left"] and panel["right"] <= seen["innerWidth"] and 0 <= panel["top"] < seen["innerHeight"]
+        assert "static" in panel["text"] and "prefix-swap-aware" in panel["text"]  # a legend entry or a bar label
+        assert panel["paths"] > 4  # axes, ticks and the data drawn
+    assert "with a hit" in seen["caption"] and "without" in seen["caption"]
+    assert seen["tableRows"] and all("%" in row for row in seen["tableRows"])

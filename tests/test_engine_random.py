@@ -10,8 +10,6 @@ blocks and holder counts are checked after every step). Set ``MMSIM_RANDOM_EXAMP
 from __future__ import annotations
 
 import os
-import signal
-from contextlib import contextmanager
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -20,31 +18,13 @@ from hypothesis import strategies as st
 from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
 
-from conftest import simulate_within_memory
+from conftest import assert_same_times, simulate_within_memory, wall_clock_limit
 
 POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
 MODELS = ("qwen2.5-3b", "qwen3-8b", "mistral-7b", "llama-2-7b")
 EXAMPLES = int(os.environ.get("MMSIM_RANDOM_EXAMPLES", "150"))
 RUN_LIMIT_S = 60
 """Wall-clock bound of one example (three runs); a hang fails the test instead of stalling CI."""
-
-
-class Hung(Exception):
-    pass
-
-
-@contextmanager
-def wall_clock_limit(seconds: int):
-    def expire(_signum, _frame):
-        raise Hung(f"the runs did not end within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @st.composite
@@ -112,8 +92,4 @@ def test_random_runs_end_account_for_every_request_and_agree_across_modes(case):
     reference = exact.requests.set_index("id").sort_index()
     assert (frame["status"] == reference["status"]).all()
     assert (frame["cached_prompt_tokens"] == reference["cached_prompt_tokens"]).all()
-    for column in ("first_token_s", "finish_s"):
-        a, b = frame[column].to_numpy(), reference[column].to_numpy()
-        assert (np.isnan(a) == np.isnan(b)).all(), column
-        both = ~np.isnan(a)
-        assert (np.abs(a[both] - b[both]) <= 1e-9 * np.maximum(1.0, np.abs(b[both]))).all(), (policy, column)
+    assert_same_times(frame, reference, label=policy)

@@ -33,9 +33,10 @@ class Placing(Policy):
             self.results.append(view.load(model, view.gpus[gpu]))
 
 
-def run(loads, models, requests, mode="fast", gpus_per_node=4, nodes=1):
-    scenario = parse_scenario(scenario_dict(profile="h100-sxm", cluster={"nodes": nodes, "gpus_per_node": gpus_per_node},
-                                            models=models), "test")
+def run(loads, models, requests, mode="fast", gpus_per_node=4, nodes=1, engine=None):
+    data = scenario_dict(profile="h100-sxm", cluster={"nodes": nodes, "gpus_per_node": gpus_per_node}, models=models)
+    data["engine"] |= engine or {}
+    scenario = parse_scenario(data, "test")
     policy = Placing(loads)
     arrivals, names, prompts, outputs = zip(*requests)
     chunk = RequestChunk(np.array(arrivals, float), np.array(names, object), np.array(prompts, np.int64),
@@ -73,15 +74,22 @@ def test_every_gpu_of_an_instance_is_busy_for_its_steps():
     assert per_gpu.get(2, 0.0) == 0
 
 
-def test_fast_forward_equals_per_iteration_with_tensor_parallelism():
+@pytest.mark.parametrize("big, loads, gpus_per_node, nodes, engine", [
+    ({"tensor_parallel": 2}, [(0, 0), (1, 2), (1, 3)], 4, 1, {}),
+    ({"pipeline_parallel": 2}, [(0, 0), (1, 2), (1, 3)], 4, 1, {}),
+    # Stages on two nodes of two GPUs, hand-offs over the network; the memory limit makes the KV room short.
+    ({"tensor_parallel": 2, "pipeline_parallel": 2}, [(0, 0)], 2, 2, {"gpu_memory_utilization": 0.45}),
+], ids=["tp2", "pp2", "tp2xpp2"])
+def test_fast_forward_equals_per_iteration_with_parallelism_under_kv_pressure(big, loads, gpus_per_node, nodes, engine):
     rng = np.random.default_rng(3)
-    rows = sorted((float(t), BIG if rng.random() < 0.5 else SMALL, int(rng.integers(10, 3000)), int(rng.integers(1, 400)))
-                  for t in np.cumsum(rng.exponential(0.1, 150)))
-    models = [{"name": BIG, "tensor_parallel": 2}, {"name": SMALL}]
-    _, fast = run([(0, 0), (1, 2), (1, 3)], models, rows, mode="fast")
-    _, exact = run([(0, 0), (1, 2), (1, 3)], models, rows, mode="exact")
+    rows = sorted((float(t), BIG if len(loads) == 1 or rng.random() < 0.5 else SMALL, int(rng.integers(10, 3000)),
+                   int(rng.integers(1, 400))) for t in np.cumsum(rng.exponential(0.05, 150)))
+    models = [{"name": BIG, **big}, {"name": SMALL}]
+    _, fast = run(loads, models, rows, "fast", gpus_per_node, nodes, engine)
+    _, exact = run(loads, models, rows, "exact", gpus_per_node, nodes, engine)
     a, b = fast.requests.sort_values("id"), exact.requests.sort_values("id")
     assert list(a["status"]) == list(b["status"]) and a["status"].eq("completed").all()
+    assert list(a["preemptions"]) == list(b["preemptions"]) and a.loc[a["model"] == BIG, "preemptions"].sum() > 0
     for column in ("first_token_s", "finish_s"):
         assert np.allclose(a[column], b[column], rtol=1e-9, atol=0)
 
@@ -109,10 +117,43 @@ def test_tensor_parallel_steps_are_faster_but_less_than_linearly():
     for batch, context in ((1, 1000), (64, 64_000)):
         t1, t2, t4 = (c.decode_step_s(batch, context) for c in (one, two, four))
         assert t1 / 2 < t2 < t1 and t2 / 2 < t4 < t2  # launch costs and all-reduces do not shrink with the ranks
-    # A pipeline without micro-batches in flight is never faster than one GPU: the same layers plus hand-offs.
-    staged = ModelCosts(profile, spec, "fp16", None, 1, 2)
-    assert staged.decode_step_s(8, 8000) > one.decode_step_s(8, 8000)
-    assert staged.prefill_s(2000) > one.prefill_s(2000)
+
+
+def test_a_pipeline_iteration_is_its_largest_micro_batch_passing_every_stage():
+    from sim.catalogue import get_model
+    from sim.costs import ModelCosts
+    from sim.profile import load_profile
+
+    profile, spec = load_profile("h100-sxm"), get_model(BIG)
+    one, staged = ModelCosts(profile, spec), ModelCosts(profile, spec, "fp16", None, 1, 2)
+    across = ModelCosts(profile, spec, "fp16", None, 1, 2, stages_cross_nodes=True)
+    per_seq = one.step_overhead_per_seq_s
+
+    def handoff_s(tokens, link=profile.hardware.interconnect):  # one stage's activations: tokens x 8192 x 2 bytes
+        return link.latency_s + tokens * 8192 * 2 / link.bandwidth_bytes_per_s
+
+    # One sequence is one micro-batch: the other stage idles (the bubble), so one GPU's step plus the hand-off.
+    assert staged.decode_step_s(1, 3000) == pytest.approx(one.decode_step_s(1, 3000) + handoff_s(1), rel=1e-12)
+    assert across.decode_step_s(1, 3000) == pytest.approx(
+        one.decode_step_s(1, 3000) + handoff_s(1, profile.hardware.network), rel=1e-12)
+    # Three sequences: micro-batches of 2 and 1 in flight; the iteration is the pass of the 2, holding 2/3 of the
+    # context, while the engine's CPU overhead is all three sequences'.
+    assert staged.decode_step_s(3, 9000) == pytest.approx(one.decode_step_s(2, 6000) + per_seq + handoff_s(2), rel=1e-12)
+    assert staged.decode_step_s(64, 64_000) == pytest.approx(
+        one.decode_step_s(32, 32_000) + 32 * per_seq + handoff_s(32), rel=1e-12)
+    # Both stages busy: faster than one GPU at the same batch, but each stage reads its weights once per micro-batch.
+    assert one.decode_step_s(64, 64_000) / 2 < staged.decode_step_s(64, 64_000) < one.decode_step_s(64, 64_000)
+    # A single prompt is one micro-batch.
+    assert staged.prefill_s(2000, context_before=500) == pytest.approx(
+        one.prefill_s(2000, context_before=500) + handoff_s(2000), rel=1e-12)
+    # 2 decodes over 5000 tokens and chunks of 1000 and 600 (over 400 cached) tokens: two micro-batches, each of
+    # one decode, one chunk, half the chunk tokens and half the attention term.
+    quadratic = 1000 * 1000 + 600 * (600 + 2 * 400)
+    assert staged.mixed_step_s(2, 5000, 1600, quadratic, 2) == pytest.approx(
+        one.mixed_step_s(1, 2500, 800, quadratic // 2, 1) + 2 * per_seq + handoff_s(801), rel=1e-12)
+    # A chunk is one sequence's, whole: beside 3 decodes it rides with 2 of them (and 2/3 of their context).
+    assert staged.mixed_step_s(3, 6000, 1000, 1000 * 1000, 1) == pytest.approx(
+        one.mixed_step_s(2, 4000, 1000, 1000 * 1000, 1) + per_seq + handoff_s(1002), rel=1e-12)
 
 
 def test_fp8_kv_halves_kv_bytes_and_doubles_the_tokens_that_fit():

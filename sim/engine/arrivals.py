@@ -9,19 +9,23 @@ sees them (the rule fast-forward and per-iteration modes share).
 
 from __future__ import annotations
 
+import heapq
 import math
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Final, Iterable, Iterator
 
 import numpy as np
 import simpy
 from simpy.core import EmptySchedule, StopSimulation
 
 from sim.engine.engine import Engine
+from sim.engine.gpu import Gpu
 from sim.engine.request import Request
 
-INF = math.inf
-SAME_INSTANT_EVENTS = 2_000_000
+# Final: compiled, a module's other globals are looked up in its dict at every use.
+INF: Final = math.inf
+SAME_INSTANT_EVENTS: Final = 2_000_000
 """Events processed between two looks at the clock; a clock that has not moved in that many is a livelock."""
+HEAPPOP: Final = heapq.heappop
 
 
 class ArrivalStream:
@@ -116,19 +120,27 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
     nothing is left that could make progress.
 
     This is ``Environment.run(until=engine.all_done)`` with the arrival stream merged in; moving
-    the clock to an arrival sets SimPy's ``_now``, the one private attribute relied on (the GPU loops read it)."""
-    queue = env._queue
+    the clock to an arrival sets SimPy's ``_now`` (the GPU loops read it). The GPU loops' entries in the
+    event queue are not SimPy events (:mod:`sim.engine.events`): their GPU takes them from here."""
+    queue: list[Any] = env._queue
     engine.all_done.callbacks.append(StopSimulation.callback)
     steps, instant = 0, -1.0
     try:
         while True:
-            if arrivals.next_time <= (queue[0][0] if queue else INF):
+            entry: tuple[float, int, int, object] | None = queue[0] if queue else None
+            if entry is None or arrivals.next_time <= entry[0]:
                 if arrivals.next_time == INF:
                     return
                 env._now = arrivals.next_time
                 arrivals.release()
             else:
-                env.step()
+                owner = entry[3]
+                if isinstance(owner, Gpu):
+                    HEAPPOP(queue)
+                    env._now = entry[0]
+                    owner.entry_due(entry[2])
+                else:
+                    env.step()
                 steps += 1
                 if steps >= SAME_INSTANT_EVENTS:
                     # Millions of events without the clock moving: a loop of decisions that take no time.

@@ -119,7 +119,8 @@ def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hit
     if instance.prefix_cache is None:
         return
     model = request.model
-    engine.prefix_query_tokens[model] += request.prefill_target
+    queried = engine.prefix_query_tokens  # ``[model] +=`` written out: compiled, the augmented form is generic
+    queried[model] = queried[model] + request.prefill_target
     instance.prefix_query_tokens += request.prefill_target
     if hits == 0:
         return
@@ -129,7 +130,8 @@ def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hit
     instance.blocks += idle_hits
     request.blocks = request.cache_blocks = hits
     request.prefilled = hits * engine.config.block_size
-    engine.prefix_hit_tokens[model] += request.prefilled
+    hit = engine.prefix_hit_tokens
+    hit[model] = hit[model] + request.prefilled
     instance.prefix_hit_tokens += request.prefilled
     if math.isnan(request.first_scheduled_s):
         request.cached_tokens = request.prefilled

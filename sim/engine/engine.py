@@ -52,10 +52,19 @@ class Engine:
     def __init__(self, env: simpy.Environment, gpus: list[Gpu], nodes: list[Node], model_names: list[str],
                  costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True,
                  max_model_lens: list[int | None] | None = None, gpu_shares: list[float] | None = None,
-                 router: Router | None = None, parallel: list[tuple[int, int]] | None = None):
+                 router: Router | None = None, parallel: list[tuple[int, int]] | None = None,
+                 pool_costs: list[list[ModelCosts]] | None = None, pool_first_gpus: list[int] | None = None):
         self.env = env
         self.gpus = gpus
         self.nodes = nodes
+        # The GPUs of nodes that are up: what policies see and place on (a fixed cluster's are all of them).
+        self.live_gpus = [gpu for gpu in gpus if nodes[gpu.node].up]
+        # Each pool's costs per model (pools differ in GPU type), and where the pool's GPUs start.
+        self.pool_costs = pool_costs or [costs]
+        self.pool_first_gpus = pool_first_gpus or [0]
+        # Instances an autoscaler is retiring: routed nothing new, unloaded once empty.
+        self.retiring: set[Instance] = set()
+        self.arrivals_by_model = [0] * len(model_names)
         self.model_names = model_names
         self.model_index = {name: i for i, name in enumerate(model_names)}
         self.costs = costs
@@ -70,6 +79,8 @@ class Engine:
         self.instances_by_model: list[list[Instance]] = [[] for _ in model_names]
         self.recorder = Recorder(model_names)
         self.placement: dict[int, dict] = {}
+        self.pools: list = []  # the cluster's pools (sim.fleet.hardware.PoolLayout), set by the run that builds it
+        self.fleet: object = None  # the autoscaling controller (sim.fleet.controller), when the run has one
         self.slos: list = []  # the scenario's SLO per model, set by the run that builds the engine
         self.outstanding = 0
         self.arrivals_done = False
@@ -93,6 +104,20 @@ class Engine:
         self.router = router or Router()
         for gpu in gpus:
             gpu.start(self)
+
+    # -- hardware ------------------------------------------------------------------------------------
+    def costs_on(self, model: int, gpu: Gpu) -> ModelCosts:
+        """What ``model`` costs on ``gpu``'s hardware (its pool's profile)."""
+        return self.pool_costs[gpu.pool][model]
+
+    def refresh_live_gpus(self) -> None:
+        """A node came up or went down: the GPUs policies see change."""
+        self.live_gpus = [gpu for gpu in self.gpus if self.nodes[gpu.node].up]
+
+    def routable(self, instance: Instance) -> bool:
+        """Whether new requests may queue at ``instance``: ready or loading, and not being retired."""
+        status = instance.status
+        return (status == "ready" or status == "loading") and not (self.retiring and instance in self.retiring)
 
     # -- arrivals and routing ------------------------------------------------------------------------
     def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
@@ -118,9 +143,10 @@ class Engine:
         size = tp * pp
         if size == 1:
             return None
-        first = gpu.index - gpu.index % size
+        pool_start = self.pool_first_gpus[gpu.pool]
+        first = gpu.index - (gpu.index - pool_start) % size
         group = self.gpus[first:first + size]
-        if len(group) < size:
+        if len(group) < size or any(g.pool != gpu.pool or not self.nodes[g.node].up for g in group):
             return []
         return group
 
@@ -144,6 +170,7 @@ class Engine:
             self.drop(request, "exceeds_max_model_len" if limit else "model_exceeds_gpu")
             return
         self.outstanding += 1
+        self.arrivals_by_model[request.model] += 1
         instance = self.policy.route(request, self.view) if self.hooks["route"] else self.router.pick(self, request)
         if instance is not None:
             self.assign(request, instance)
@@ -157,8 +184,11 @@ class Engine:
         holding the fewest requests, the oldest on a tie."""
         best: Instance | None = None
         best_held = 0
+        retiring = self.retiring
         for instance in self.instances_by_model[model] if candidates is None else candidates:
             if instance.status != "ready" and instance.status != "loading":
+                continue
+            if retiring and instance in retiring:
                 continue
             held = instance.num_requests
             # Instances are listed oldest first, so the first of the fewest held is the oldest on a tie.
@@ -302,7 +332,9 @@ class Engine:
             request.kv_on_host_node = -1
 
     def charge_recompute(self, request: Request, now: float) -> None:
-        seconds = self.costs[request.model].prefill_s(request.prefill_target)
+        instance = request.instance
+        costs = instance.costs if instance is not None else self.costs[request.model]
+        seconds = costs.prefill_s(request.prefill_target)
         request.add_loss("recompute", seconds)
         self._end_pause(request, now, charged=seconds)
 
@@ -331,12 +363,23 @@ class Engine:
         if self.hooks["on_step"]:
             self.policy.on_step(instance, self.view)
 
+    def settled(self) -> bool:
+        """Nothing is computing, loading, starting or unloading: only an arrival or a decision can change things."""
+        for gpu in self.gpus:
+            if gpu.current is not None:
+                return False
+        for instance in self.instances:
+            status = instance.status
+            if status == "loading" or status == "starting" or status == "draining":
+                return False
+        return True
+
     def check_done(self) -> None:
         if self.arrivals_done and self.outstanding == 0 and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
-        return residency.load(self, model, gpu, gpu_share)
+    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0, cold_start: list | None = None) -> Instance | None:
+        return residency.load(self, model, gpu, gpu_share, cold_start)
 
     def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
                keep_prefix_cache: bool = False) -> bool:

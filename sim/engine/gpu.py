@@ -2,9 +2,10 @@
 
 Co-resident instances time-share the GPU: their iterations serialise, one
 instance's step after another's, round robin. When a single instance has
-work, its decode iterations are fast-forwarded: one SimPy event stands for
-many iterations, and the window is cut short at the next iteration boundary
-when something that could change the batch happens (an arrival, a load).
+work, its decode iterations are fast-forwarded: one entry in SimPy's event
+queue stands for many iterations, and the window is cut short at the next
+iteration boundary when something that could change the batch happens (an
+arrival, a load).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from sim.engine.events import scheduled_event
+from sim.engine.events import EntryQueue, process_now
 from sim.engine.instance import Instance
 from sim.engine.step import Step
 
@@ -24,17 +25,21 @@ if TYPE_CHECKING:
 class Gpu:
     """One GPU's memory and its execution loop."""
 
-    def __init__(self, env: simpy.Environment, index: int, node: int, capacity_bytes: int, compute_share: float = 1.0):
+    def __init__(self, env: simpy.Environment, index: int, node: int, capacity_bytes: int, compute_share: float = 1.0,
+                 pool: int = 0):
         self.env = env
         self.index = index
         self.node = node
+        self.pool = pool  # the cluster's node pool this GPU belongs to (its hardware profile, its price)
         self.capacity_bytes = capacity_bytes
         self.compute_share = compute_share
         self.instances: list[Instance] = []
         self.busy_s = 0.0
         self.current: Step | None = None
         self.idle = True  # nothing to run: the next kick starts a step
-        self._window_end: simpy.Event = simpy.Event(env)
+        self._entries = EntryQueue(env)
+        self._entry = -1  # event id of this GPU's live queue entry (the running step's end, or a wake-up); -1: none
+        self._done: simpy.Event | None = None  # what a SimPy process waits on for the running step's end
         self._turn = 0
         self.blocked: set[Instance] = set()
         self._engine: Engine | None = None
@@ -90,8 +95,10 @@ class Gpu:
 
     @property
     def current_done(self) -> simpy.Event:
-        """Fires when the step now running ends."""
-        return self._window_end
+        """Fires when the step now running ends (right after the GPU has applied it and planned its next)."""
+        if self._done is None:
+            self._done = simpy.Event(self.env)
+        return self._done
 
     # -- execution ---------------------------------------------------------------------------------
     def active_instances(self) -> list[Instance]:
@@ -104,7 +111,7 @@ class Gpu:
         if self.idle:
             # Woken by an event of its own, after whatever else happens at this instant (e.g. more arrivals).
             self.idle = False
-            scheduled_event(self.env, 0.0).callbacks.append(self._wake_up)
+            self._entry = self._entries.schedule(self.env._now, self)
         elif self.current is not None and self.current.iterations > 1:
             self.cut_window()
 
@@ -133,20 +140,14 @@ class Gpu:
 
     def cut_window(self) -> None:
         """End the current fast-forward window at the first iteration boundary from now."""
-        now = self.env._now
+        now: float = self.env._now
         self._sync_to(now)
         step = self.current
         if step is None or step.iterations <= 1:
             return
         step.iterations = 1
-        self._reschedule_end(step.start_s + step.elapsed_s(1) - now)
-
-    def _reschedule_end(self, delay: float) -> None:
-        """Move the end of the running step earlier: whoever waits for it (the loop, a drain) now
-        waits for a new event, and the old one fires later with nobody listening."""
-        old = self._window_end
-        self._window_end = scheduled_event(self.env, delay)
-        self._window_end.callbacks, old.callbacks = old.callbacks, []
+        # The end moves earlier: a new entry, and the old one, when it comes due later, is passed over.
+        self._entry = self._entries.schedule(now + max(step.start_s + step.elapsed_s(1) - now, 0.0), self)
 
     def _next_instance(self) -> Instance | None:
         if len(self.instances) == 1:
@@ -162,8 +163,8 @@ class Gpu:
         """Attach the GPU's loop to ``engine``; it idles until the first kick.
 
         The loop (pick an instance, run its step, apply it when its time is up, repeat) is a chain of
-        event callbacks rather than a SimPy process: one callback per step instead of a generator
-        resumed through the process machinery, on the hottest path of a run."""
+        event-queue entries rather than a SimPy process: one entry per step (see :mod:`sim.engine.events`)
+        instead of a generator resumed through the process machinery, on the hottest path of a run."""
         self._engine = engine
 
     def _next_step(self, now: float) -> None:
@@ -182,15 +183,25 @@ class Gpu:
         self.settle_idle_cache(instance)  # the step's allocations took free blocks
         step.start_s = now
         self.current = step
-        self._window_end = scheduled_event(self.env, step.elapsed_s(step.iterations))
-        self._window_end.callbacks.append(self._step_done)
+        self._entry = self._entries.schedule(now + max(step.elapsed_s(step.iterations), 0.0), self)
 
-    def _step_done(self, _event: simpy.Event) -> None:
+    def entry_due(self, eid: int) -> None:
+        """This GPU's queue entry ``eid`` came due (SimPy's clock stands at its time): its running step ends, or
+        an idle loop wakes up; unless a later entry replaced it (a cut window's first end)."""
+        if eid != self._entry:
+            return
+        self._entry = -1
+        if self.current is None:
+            self._next_step(self.env._now)
+        else:
+            self._step_done()
+
+    def _step_done(self) -> None:
         step, engine = self.current, self._engine
         assert step is not None and engine is not None
         self.current = None
         instance = step.instance
-        now = self.env._now
+        now: float = self.env._now
         elapsed = now - step.start_s  # sync may have moved the start on
         instance.busy_s += elapsed
         self._add_busy(instance, elapsed)
@@ -201,6 +212,10 @@ class Gpu:
         self.blocked.clear()
         engine.after_step(instance)
         self._next_step(now)
+        done = self._done
+        if done is not None:
+            self._done = None  # a waiter that finds the next step its instance's waits on a new one
+            process_now(done)
 
     def _add_busy(self, instance: Instance, elapsed: float) -> None:
         """A step of ``instance`` kept this GPU busy, and every other GPU it spans."""
@@ -209,6 +224,3 @@ class Gpu:
             for shard in instance.shards:
                 if shard is not self:
                     shard.busy_s += elapsed
-
-    def _wake_up(self, _event: simpy.Event) -> None:
-        self._next_step(self.env._now)

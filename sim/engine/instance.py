@@ -8,13 +8,12 @@ boundary; :meth:`complete` applies it when its time has passed.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
 from sim.costs import ModelCosts, StepCoefficients
 from sim.engine import batching
-from sim.engine.kv import PhaseHistogram, blocks_for
+from sim.engine.kv import FinishQueue, PhaseHistogram, blocks_for
 from sim.engine.prefix import PrefixCache
 from sim.engine.request import Request
 from sim.engine.step import Step
@@ -31,7 +30,7 @@ def remove_request(requests: list[Request], request: Request) -> None:
     which for a full decode batch made this the dearest line of a step."""
     for i in range(len(requests)):
         if requests[i] is request:
-            del requests[i]
+            requests.pop(i)  # not del: compiled, pop(i) is a direct call and del a generic one
             return
     raise ValueError(f"{request!r} is not in the queue")
 
@@ -60,7 +59,8 @@ class Instance:
         self.swapped: deque[Request] = deque()
         self.running: list[Request] = []
         self.prefilling: list[Request] = []
-        self.finish_heap: list[tuple[int, int, Request]] = []
+        self.finishing = FinishQueue()  # the running requests, by the iteration they finish at
+        self._joins = 0  # requests that joined the running batch so far (numbers them: see _remove_running)
         self.phases = PhaseHistogram(engine_config.block_size)
         self.iteration = 0
         self.context_tokens = 0
@@ -108,24 +108,41 @@ class Instance:
         request.state = "running"
         request.join_iter = self.iteration
         request.gen_at_join = request.generated
+        self._joins += 1
+        request.join_seq = self._joins
         tokens = request.prompt_tokens + request.generated
         self.running.append(request)
         self.context_tokens += tokens
         self.phases.add(tokens, self.iteration)
-        heapq.heappush(self.finish_heap, (self.iteration + request.remaining_tokens, request.id, request))
+        self.finishing.push(request)
 
     def _leave_running(self, request: Request, popped: bool = False) -> None:
         request.generated = self.generated(request)
         tokens = request.prompt_tokens + request.generated
-        remove_request(self.running, request)
+        self._remove_running(request)
         self.context_tokens -= tokens
         self.phases.remove(tokens, self.iteration)
         if not popped:
-            self.finish_heap = [entry for entry in self.finish_heap if entry[2] is not request]
-            heapq.heapify(self.finish_heap)
+            self.finishing.remove(request)
         # Running sequences grow block by block through the phase histogram; settle the count now.
         request.blocks = blocks_for(tokens, self.config.block_size)
         request.state = "detached"
+
+    def _remove_running(self, request: Request) -> None:
+        """``remove_request(self.running, request)`` by bisection: the batch keeps the order its requests joined
+        it in, which ``join_seq`` numbers (a scan of a full batch cost more than the rest of a request's exit)."""
+        running, seq = self.running, request.join_seq
+        low, high = 0, len(running)
+        while low < high:
+            middle = (low + high) >> 1
+            if running[middle].join_seq < seq:
+                low = middle + 1
+            else:
+                high = middle
+        if low < len(running) and running[low] is request:
+            running.pop(low)
+        else:
+            remove_request(running, request)  # the batch was reordered from outside: find it the slow way
 
     def release(self, request: Request) -> int:
         """Take a request out of whatever queue it is in here; return the KV blocks it held."""
@@ -231,7 +248,7 @@ class Instance:
         """Iterations until the batch could change by itself: the next completion or KV exhaustion.
 
         Outside events (arrivals, policy timers) end the window early through :meth:`Gpu.cut_window`."""
-        limit = self.finish_heap[0][0] - self.iteration
+        limit = self.finishing.first() - self.iteration
         return max(1, self.phases.max_steps(self.iteration, self.free_blocks(), limit))
 
     def _window_after_prefill(self, engine: Engine, prefills: list[tuple[Request, int]]) -> tuple[int, int, int]:
@@ -246,17 +263,20 @@ class Instance:
         if self._may_fill_head_prefix(prefills):
             return 0, 0, 0
         following = self.iteration + 1
-        if self.finish_heap and self.finish_heap[0][0] <= following:
+        finishing = self.finishing
+        if finishing.requests and finishing.first() <= following:
             return 0, 0, 0
-        limit = self.finish_heap[0][0] - following if self.finish_heap else 1 << 62
+        limit = finishing.first() - following if finishing.requests else 1 << 62
         batch, context = len(self.running), self.context_tokens + len(self.running)
         joining: list[int] = []
+        joining_tokens = 0
         for request, chunk in prefills:
             remaining = request.output_tokens - request.generated - 1
             if request.prefilled + chunk < request.prefill_target or remaining <= 0:
                 return 0, 0, 0
             limit = min(limit, remaining)
             joining.append(request.prefill_target + 1)  # its tokens once the first one is out
+            joining_tokens += request.prefill_target + 1
         free = self.free_blocks() - self.phases.next_blocks(self.iteration)
         for tokens in joining:
             self.phases.add(tokens, following)
@@ -265,7 +285,7 @@ class Instance:
             self.phases.remove(tokens, following)
         if steps < 1:
             return 0, 0, 0
-        return steps, batch + len(joining), context + sum(joining)
+        return steps, batch + len(joining), context + joining_tokens
 
     def _may_fill_head_prefix(self, prefills: list[tuple[Request, int]]) -> bool:
         """Whether this step's chunks may put blocks in the prefix cache that the waiting head would find,
@@ -324,8 +344,9 @@ class Instance:
             request.cache_blocks += 1
 
     def _finish_due(self, engine: Engine, now: float) -> None:
-        while self.finish_heap and self.finish_heap[0][0] <= self.iteration:
-            _, _, request = heapq.heappop(self.finish_heap)
+        finishing = self.finishing
+        while finishing.requests and finishing.first() <= self.iteration:
+            request = finishing.pop()
             self._leave_running(request, popped=True)
             engine.finish(self, request, now)
 

@@ -1,4 +1,4 @@
-"""Paged KV-cache accounting for one instance's decode batch.
+"""Paged KV-cache accounting for one instance's decode batch, and the order its sequences finish in.
 
 Blocks hold ``block_size`` tokens. While a batch only decodes, every sequence
 grows by one token per iteration, so a sequence's position inside its last
@@ -9,6 +9,11 @@ what lets fast-forward jump over many iterations at once.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.engine.request import Request
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -28,19 +33,23 @@ class PhaseHistogram:
         # exactly when n is a multiple of the block size; (n - t) mod bs is constant while decoding.
         return (tokens - iteration) % self.block_size
 
+    # ``counts[phase] += 1`` written out: compiled, the augmented form on a list item is a generic (slower) add.
     def add(self, tokens: int, iteration: int) -> None:
-        self.counts[self._phase(tokens, iteration)] += 1
+        counts, phase = self.counts, self._phase(tokens, iteration)
+        counts[phase] = counts[phase] + 1
         self.total += 1
 
     def remove(self, tokens: int, iteration: int) -> None:
-        self.counts[self._phase(tokens, iteration)] -= 1
+        counts, phase = self.counts, self._phase(tokens, iteration)
+        counts[phase] = counts[phase] - 1
         self.total -= 1
 
     def new_blocks(self, iteration: int, steps: int) -> int:
         """Blocks allocated by the steps ``iteration -> iteration + steps``."""
-        cycles, rest = divmod(steps, self.block_size)
-        blocks = cycles * self.total
         bs, counts = self.block_size, self.counts
+        cycles = steps // bs  # not divmod: compiled, that is a generic call returning a tuple
+        rest = steps - cycles * bs
+        blocks = cycles * self.total
         for s in range(rest):
             blocks += counts[(-(iteration + s)) % bs]
         return blocks
@@ -63,3 +72,49 @@ class PhaseHistogram:
             used += need
             steps += 1
         return steps
+
+
+class FinishQueue:
+    """Running sequences by the iteration they finish at, earliest first, the lower request id first on a tie.
+
+    A list in the reverse of that order, so that the first to finish is last and leaves in O(1): for batches of
+    a few hundred, a binary search and a list insert (a memmove) cost far less than a heap's comparisons of
+    Python objects."""
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+
+    @staticmethod
+    def end(request: Request) -> int:
+        """The iteration a running ``request`` finishes at: where its count of generated tokens reaches its output."""
+        return request.join_iter + request.output_tokens - request.gen_at_join
+
+    def push(self, request: Request) -> None:
+        """Add ``request``, which has just joined the batch."""
+        requests, end, rid = self.requests, self.end(request), request.id
+        low, high = 0, len(requests)
+        while low < high:  # the first place whose request finishes before this one
+            middle = (low + high) >> 1
+            held = requests[middle]
+            held_end = self.end(held)
+            if held_end > end or (held_end == end and held.id > rid):
+                low = middle + 1
+            else:
+                high = middle
+        requests.insert(low, request)
+
+    def first(self) -> int:
+        """The iteration the first of them finishes at (there must be one)."""
+        return self.end(self.requests[-1])
+
+    def pop(self) -> Request:
+        return self.requests.pop()
+
+    def remove(self, request: Request) -> None:
+        """Take out ``request``, which leaves the batch before it finishes (preempted, or its instance unloads)."""
+        requests = self.requests
+        for i in range(len(requests)):
+            if requests[i] is request:
+                requests.pop(i)
+                return
+        raise ValueError(f"{request!r} is not in the batch")

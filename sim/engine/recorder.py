@@ -11,9 +11,10 @@ are typed arrays too; events (loads, unloads, preemptions) are a row list.
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -23,24 +24,30 @@ if TYPE_CHECKING:
     from sim.engine.gpu import Gpu
 
 DROP_REASONS = ("", "model_not_served", "exceeds_max_model_len", "model_exceeds_gpu", "not_placed", "not_scheduled")
-DROP_CODES = {reason: code for code, reason in enumerate(DROP_REASONS)}
+DROP_CODES: Final = {reason: code for code, reason in enumerate(DROP_REASONS)}
 TIME_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
 TOKEN_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "output_tokens", "generated_tokens")
 SMALL_COLUMNS = ("model", "preemptions", "gpu", "drop_reason")
 LOST_COLUMNS = tuple(f"lost_{cause}_s" for cause in LOSS_CAUSES)
 SAMPLE_COLUMNS = ("time_s", "gpu", "model", "weight_bytes", "kv_bytes", "queued", "running", "busy_share")
 EVENT_COLUMNS = ("time_s", "kind", "gpu", "model", "request_id", "duration_s", "detail")
+PENDING_INTS = 1 + len(TOKEN_COLUMNS) + len(SMALL_COLUMNS)
+PACK_ROW: Final = struct.Struct(f"={len(TIME_COLUMNS)}d{PENDING_INTS}q").pack_into
+"""Writes a request's row into the pending buffer: its TIME_COLUMNS values, then its id, TOKEN_COLUMNS and
+SMALL_COLUMNS values. An array's own ``extend`` converts value by value through argument parsing, which cost
+more than the rest of a request's recording; rows wait in the buffer and go into the arrays in blocks."""
+PENDING_ROW = np.dtype([("times", np.float64, len(TIME_COLUMNS)), ("ints", np.int64, PENDING_INTS)])
+ROW_BYTES: Final = PENDING_ROW.itemsize
+PENDING_ROWS: Final = 4096
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def extend_widening(values: array, row: tuple[int, ...]) -> array:
-    """``values`` with ``row`` appended; a 32-bit array that cannot hold a value becomes a 64-bit one (once)."""
-    size = len(values)
-    try:
-        values.extend(row)
-    except OverflowError:
-        del values[size:]  # the values before the one that did not fit went in
+def extend_widening(values: array, block: np.ndarray) -> array:
+    """``values`` with ``block``'s (int64) values appended in row order; a 32-bit array that cannot hold one of
+    them becomes a 64-bit one (once)."""
+    if values.typecode == "i" and len(block) and (int(block.min()) < INT32_MIN or int(block.max()) > INT32_MAX):
         values = array("q", values)
-        values.extend(row)
+    values.frombytes(block.astype(np.int32 if values.typecode == "i" else np.int64).tobytes())
     return values
 
 
@@ -49,12 +56,15 @@ class Recorder:
 
     def __init__(self, model_names: list[str]):
         self.model_names = model_names
-        # One row per request in the order requests ended, each group's values interleaved: a few extends per
-        # request (this is on the path of every request), in 32 bits until a value needs more.
+        # One row per request in the order requests ended, each group's values interleaved, in 32 bits until a
+        # value needs more; the last requests' rows wait in a buffer (see PACK_ROW).
         self.ids = array("i")
         self.times = array("d")
         self.tokens = array("i")  # a trace may give lengths beyond 32 bits (requests then dropped, but recorded)
         self.small = array("i")  # model, preemptions, GPU and drop code: small by construction
+        self.rows = 0  # requests recorded
+        self._pending = bytearray(PENDING_ROWS * ROW_BYTES)  # the last requests' rows, not yet in the arrays
+        self._pending_rows = 0
         self.lost_rows = array("q")  # the rows (in ending order) of requests that lost any time to preemption
         self.lost_values = array("d")  # their seconds lost, one value per LOSS_CAUSES entry
         self.events: list[tuple] = []
@@ -69,17 +79,33 @@ class Recorder:
     def request(self, request: Request, drop_reason: str = "") -> None:
         lost = request.lost
         if lost[0] or lost[1] or lost[2] or lost[3] or lost[4] or lost[5]:
-            self.lost_rows.append(len(self.ids))
+            self.lost_rows.append(self.rows)
             self.lost_values.extend(lost)
-        self.ids = extend_widening(self.ids, (request.id,))
-        self.times.extend((request.arrival_s, request.first_scheduled_s, request.first_token_s, request.finish_s))
-        self.tokens = extend_widening(self.tokens, (request.prompt_tokens, request.cached_tokens, request.output_tokens,
-                                                    request.generated))
-        self.small.extend((request.model, request.preemptions, request.gpu, DROP_CODES[drop_reason]))
+        self.rows += 1
+        PACK_ROW(self._pending, self._pending_rows * ROW_BYTES, request.arrival_s, request.first_scheduled_s,
+                 request.first_token_s, request.finish_s, request.id, request.prompt_tokens, request.cached_tokens,
+                 request.output_tokens, request.generated, request.model, request.preemptions, request.gpu,
+                 DROP_CODES[drop_reason] if drop_reason else 0)
+        self._pending_rows += 1
+        if self._pending_rows == PENDING_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Move the pending rows into the typed arrays."""
+        if not self._pending_rows:
+            return
+        rows = np.frombuffer(self._pending, PENDING_ROW, self._pending_rows)
+        self.times.frombytes(rows["times"].tobytes())
+        ints = rows["ints"]
+        self.ids = extend_widening(self.ids, ints[:, 0])
+        self.tokens = extend_widening(self.tokens, ints[:, 1:1 + len(TOKEN_COLUMNS)])
+        self.small = extend_widening(self.small, ints[:, 1 + len(TOKEN_COLUMNS):])
+        self._pending_rows = 0
 
     def request_columns(self) -> dict[str, np.ndarray]:
         """The per-request columns other than ``lost_*``, in the order requests ended: strided views of the
         recorded arrays, not copies (so nothing may be recorded while they are in use)."""
+        self._flush()
         columns: dict[str, np.ndarray] = {"id": _view(self.ids, 1)[:, 0]}
         for group, names in ((self.times, TIME_COLUMNS), (self.tokens, TOKEN_COLUMNS), (self.small, SMALL_COLUMNS)):
             table = _view(group, len(names))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from sim.engine.instance import Instance
 
-LOSS_CAUSES = ("reload", "unload", "kv_out", "kv_in", "recompute", "waiting")
+LOSS_CAUSES: Final = ("reload", "unload", "kv_out", "kv_in", "recompute", "waiting")
 """Why a preempted request was paused; each gets its own seconds column in the results."""
+NAN: Final = math.nan
+"""Not ``float("nan")`` per request: compiled, that call parses the string each time."""
 
 
 class Request:
@@ -23,9 +26,9 @@ class Request:
     __slots__ = (
         "id", "model", "arrival_s", "prompt_tokens", "output_tokens", "predicted_output_tokens", "priority",
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
-        "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "preempted_at_s",
-        "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids", "prefix_keys",
-        "cache_blocks", "cached_tokens",
+        "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "join_seq",
+        "preempted_at_s", "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids",
+        "prefix_keys", "cache_blocks", "cached_tokens",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -43,15 +46,16 @@ class Request:
         self.state = "pending"
         self.instance: Instance | None = None
         self.gpu = -1
-        self.first_token_s = float("nan")
-        self.finish_s = float("nan")
-        self.first_scheduled_s = float("nan")
+        self.first_token_s = NAN
+        self.finish_s = NAN
+        self.first_scheduled_s = NAN
         self.preemptions = 0
         self.lost = [0.0] * len(LOSS_CAUSES)
         self.drop_reason = ""
         self.join_iter = 0
         self.gen_at_join = 0
-        self.preempted_at_s = float("nan")
+        self.join_seq = 0  # its place in the order requests joined its instance's running batch
+        self.preempted_at_s = NAN
         self.kv_on_host_node = -1
         self.blocks = 0
         self.pause_charged = 0.0

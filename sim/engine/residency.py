@@ -10,12 +10,13 @@ the unload and, when their model comes back, the reload.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Generator
+from typing import TYPE_CHECKING, Any, Generator
 
 import simpy
 
 from sim.engine.instance import Instance
 from sim.engine.request import Request
+from sim.parallel import node_load_share
 
 if TYPE_CHECKING:  # the engine imports this module
     from sim.engine.engine import Engine
@@ -26,14 +27,19 @@ def _paused(request: Request) -> bool:
     return not math.isnan(request.preempted_at_s)
 
 
-def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
-    """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory.
+def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
+         cold_start: list[tuple[str, float, float]] | None = None) -> Instance | None:
+    """Start loading ``model`` onto ``gpu``; None when its weights do not fit in the free memory, or the
+    GPU's node is down.
 
-    The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk."""
-    costs = engine.costs[model]
+    The weights come from the node's host-RAM copy when an earlier unload kept one, else from disk. A
+    ``cold_start`` (stages of a new serving instance, each ``(name, start offset s, seconds)``; see
+    :mod:`sim.fleet.coldstart`) replaces that: the instance is ``starting``, and takes no requests, until
+    its last stage ends."""
+    costs = engine.costs_on(model, gpu)
     shards = engine.shard_group(model, gpu)
     spans = shards or [gpu]
-    if not spans or not _fits(engine, model, gpu_share, spans, shards):
+    if not spans or not engine.nodes[gpu.node].up or not _fits(engine, model, gpu_share, spans, shards):
         return None
     gpu = spans[0]
     env = engine.env
@@ -47,6 +53,10 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
     engine.instances.append(instance)
     engine.instances_by_model[model].append(instance)
     node = engine.nodes[gpu.node]
+    if cold_start is not None:
+        instance.status = "starting"
+        env.process(_start_cold(engine, instance, cold_start))
+        return instance
     from_host = all(model in engine.nodes[n].host_weights for n in {shard.node for shard in spans})
     total = _book_weights(engine, costs, gpu_share, spans, from_host)
     engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total,
@@ -62,6 +72,27 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instan
         total = max(total, restore_s)
     env.process(_finish_load(engine, instance, total, prefixes))
     return instance
+
+
+def _start_cold(engine: Engine, instance: Instance,
+                stages: list[tuple[str, float, float]]) -> Generator[simpy.Event, None, None]:
+    """Run a cold start's stages, each logged as an event when it starts; the instance is ready after the last."""
+    env = engine.env
+    elapsed_s = 0.0
+    for name, offset_s, seconds in sorted(stages, key=lambda stage: stage[1]):
+        if offset_s > elapsed_s:
+            yield env.timeout(offset_s - elapsed_s)
+            elapsed_s = offset_s
+        if instance.status != "starting":
+            return  # retired before it was ready
+        engine.recorder.event(env.now, "cold_start", instance.gpu.index, instance.name, duration_s=seconds, detail=name)
+    total_s = max((offset_s + seconds for _, offset_s, seconds in stages), default=0.0)
+    yield from _finish_load(engine, instance, total_s - elapsed_s, [])
+    if instance.status == "ready":
+        engine.recorder.event(env.now, "instance_ready", instance.gpu.index, instance.name)
+        fleet: Any = engine.fleet
+        if fleet is not None:
+            fleet.instance_ready(instance)
 
 
 def _fits(engine: Engine, model: int, gpu_share: float, spans: list[Gpu], shards: list[Gpu] | None) -> bool:
@@ -89,13 +120,15 @@ def _book_weights(engine: Engine, costs, gpu_share: float, spans: list[Gpu], fro
     total = 0.0
     for node_index in sorted({shard.node for shard in spans}):
         on_node = sum(1 for shard in spans if shard.node == node_index)
-        share = 1.0 / len(spans) if from_host else on_node / len(spans)
+        share = node_load_share(on_node, len(spans), from_host)
         total = max(total, engine.nodes[node_index].transfer(now, seconds * share, channel))
     return total
 
 
 def _finish_load(engine: Engine, instance: Instance, seconds: float, prefixes: list[int]) -> Generator[simpy.Event, None, None]:
     yield engine.env.timeout(seconds)
+    if instance.status != "loading" and instance.status != "starting":
+        return  # unloaded before its weights were in
     if prefixes and instance.prefix_cache is not None:
         instance.gpu.releases += 1
         instance.prefix_cache.restore(prefixes, instance.gpu.releases)
@@ -121,7 +154,7 @@ def unload(engine: Engine, instance: Instance, mode: str = "swap", keep_on_host:
     next load of the model on that node reads them from RAM instead of disk. With
     ``keep_prefix_cache`` its cached prefix blocks move to the node's RAM over the link (if they
     fit) and come back with the model's next load on that node; otherwise they are lost."""
-    if instance.status not in ("ready", "loading"):
+    if instance.status not in ("ready", "loading", "starting"):
         return False
     instance.status = "draining"
     engine.progress.unloaded(instance.name)

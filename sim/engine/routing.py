@@ -43,7 +43,7 @@ class Router:
         if self.rule == "least-loaded":
             return engine.least_loaded(request.model, candidates)
         pool = [i for i in (engine.instances_by_model[request.model] if candidates is None else candidates)
-                if i.status == "ready" or i.status == "loading"]
+                if engine.routable(i)]
         if len(pool) <= 1:
             return pool[0] if pool else None
         if self.rule == "round-robin":

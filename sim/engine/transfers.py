@@ -7,18 +7,51 @@ weight loads on one node queue behind each other without extra events.
 
 from __future__ import annotations
 
+INF = float("inf")
+
 
 class Node:
-    """One server: its GPUs share this node's link, disk and host memory."""
+    """One server: its GPUs share this node's link, disk and host memory.
 
-    def __init__(self, index: int, host_memory_bytes: int):
+    A node of an elastic pool may be down (not provisioned: unbilled, its GPUs hidden from policies). It is
+    billed from the moment its provisioning starts; ``billed_seconds`` counts the time billed before
+    ``billed_since_s``, the latest such start."""
+
+    def __init__(self, index: int, host_memory_bytes: int, pool: int = 0, up: bool = True):
         self.index = index
         self.host_memory_bytes = host_memory_bytes
+        self.pool = pool
+        self.up = up
+        self.billed = up
+        self.billed_since_s = 0.0
+        self.billed_seconds = 0.0
+        # When the serving image is (or will be) fully on the node: nodes up from the start have it already.
+        self.image_ready_s = 0.0 if up else INF
+        self.disk_ready_s: dict[int, float] = {}  # model -> when a cold start's fetch of its weights is on disk
         self.host_kv_bytes = 0
         self.host_weights: dict[int, int] = {}  # model -> bytes of its weights cached in host RAM
         # model -> (prefix-cache keys, oldest first, and their bytes) kept in host RAM by an unload
         self.host_prefixes: dict[int, tuple[list[int], int]] = {}
         self.free_at = {"host_to_device": 0.0, "device_to_host": 0.0, "disk": 0.0}
+
+    def provision(self, now: float) -> None:
+        """Start provisioning the node: billed from now, usable once it is up."""
+        self.billed = True
+        self.billed_since_s = now
+
+    def release(self, now: float) -> None:
+        """Give the node back: billing stops, and what its disk and RAM held is gone."""
+        self.billed_seconds += now - self.billed_since_s
+        self.billed = False
+        self.up = False
+        self.image_ready_s = INF
+        self.disk_ready_s.clear()
+        self.host_weights.clear()
+        self.host_prefixes.clear()
+
+    def seconds_billed(self, now: float) -> float:
+        """How long the node has been billed in all, until ``now``."""
+        return self.billed_seconds + (now - self.billed_since_s if self.billed else 0.0)
 
     def transfer(self, now: float, seconds: float, channel: str) -> float:
         """Book ``seconds`` on ``channel`` from ``now``; returns the wait plus the transfer."""

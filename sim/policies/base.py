@@ -27,8 +27,17 @@ HOT_HOOKS = ("route", "on_arrival", "on_step", "on_finish")
 
 
 def latest_admitted(instance: Instance) -> Request:
-    """The request that joined ``instance``'s batch last (vLLM's ``running[-1]``): decoding or prefilling."""
-    return max((*instance.running, *instance.prefilling), key=lambda request: request.admitted_seq)
+    """The request that joined ``instance``'s batch last (vLLM's ``running[-1]``): decoding or prefilling.
+
+    ``max`` with a key, as a loop: compiled, the key function was a Python call per request of a full batch."""
+    latest: Request | None = None
+    for queue in (instance.running, instance.prefilling):
+        for request in queue:
+            if latest is None or request.admitted_seq > latest.admitted_seq:
+                latest = request
+    if latest is None:
+        raise ValueError(f"instance {instance.name} has no running or prefilling request to preempt")
+    return latest
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

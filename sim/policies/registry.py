@@ -34,43 +34,64 @@ def is_policy_file(spec: str) -> bool:
     return ".py:" in spec
 
 
-def check_policy_file_allowed(spec: str, *, allowed: bool, source: str) -> None:
+def check_policy_file_allowed(spec: str, *, allowed: bool, source: str, field: str = "policy.name") -> None:
     """A policy file named inside a data file (scenario, sweep) runs that file's code: only with the user's
     explicit ``--allow-policy-files``. A file given on the command line (``--policy``) needs no flag."""
     if is_policy_file(spec) and not allowed:
-        raise MmsimError(f"policy {spec!r} is a Python file named in this file; loading it executes its code. "
-                         "Pass --allow-policy-files if you trust it (or give it on the command line with --policy)",
-                         source=source, field="policy.name")
+        kind = field.split(".")[0]
+        raise MmsimError(f"{kind} {spec!r} is a Python file named in this file; loading it executes its code. "
+                         f"Pass --allow-policy-files if you trust it (or give it on the command line with --{kind})",
+                         source=source, field=field)
 
 
-def _load_from_file(spec: str) -> type:
+def load_class_from_file(spec: str, kind: str = "policy") -> type:
+    """The class a ``path/to/file.py:ClassName`` spec names (a user's policy or autoscaler); runs the file."""
     path_text, _, class_name = spec.rpartition(":")
     path = Path(path_text)
     if not path.is_file():
-        raise MmsimError(f"policy file {path} does not exist or is not a regular file "
+        raise MmsimError(f"{kind} file {path} does not exist or is not a regular file "
                          "(expected path/to/file.py:ClassName)")
-    module_spec = importlib.util.spec_from_file_location(f"mmsim_user_policy_{path.stem}", path)
+    module_spec = importlib.util.spec_from_file_location(f"mmsim_user_{kind}_{path.stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
     except Exception as error:  # a user's file: report its failure as input error
-        raise MmsimError(f"cannot import policy file {path}: {type(error).__name__}: {error}") from None
+        raise MmsimError(f"cannot import {kind} file {path}: {type(error).__name__}: {error}") from None
     cls = getattr(module, class_name, None)
     if cls is None:
-        raise MmsimError(f"policy file {path} has no class {class_name!r}")
+        raise MmsimError(f"{kind} file {path} has no class {class_name!r}")
     return cls
+
+
+def entry_point_class(group: str, name: str) -> type | None:
+    """The class an installed package registers as ``name`` in the entry-point ``group``, if one does."""
+    for entry in importlib.metadata.entry_points(group=group):
+        if entry.name == name:
+            return entry.load()
+    return None
+
+
+def apply_params(target: object, params: dict) -> None:
+    """Set ``target``'s parameters (its class's ``param_defaults``) from ``params``; unknown ones are an error."""
+    defaults = type(target).param_defaults()  # type: ignore[attr-defined]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        label = getattr(target, "name", "") or type(target).__name__
+        raise ValueError(f"unknown parameter(s) {', '.join(sorted(unknown))}; {label} takes {', '.join(defaults) or 'none'}")
+    for key, default in defaults.items():
+        setattr(target, key, params.get(key, default))
 
 
 def get_policy_class(spec: str) -> type:
     """Resolve a policy name or ``path.py:Class`` to its class."""
     if is_policy_file(spec):
-        return _load_from_file(spec)
+        return load_class_from_file(spec)
     _load_builtins()
     if spec in _REGISTRY:
         return _REGISTRY[spec]
-    for entry in importlib.metadata.entry_points(group="mmsim.policies"):
-        if entry.name == spec:
-            return entry.load()
+    installed = entry_point_class("mmsim.policies", spec)
+    if installed is not None:
+        return installed
     raise MmsimError(f"unknown policy {spec!r}; built-in policies: {', '.join(sorted(_REGISTRY))}, "
                      "or path/to/file.py:ClassName")
 
@@ -79,13 +100,13 @@ MIN_PERIOD_S = 1e-3
 """Shortest time a ``*_s`` parameter may give (a timer of 1e-300 s would never let the clock advance)."""
 
 
-def check_params(cls: type, params: dict) -> None:
+def check_params(cls: type, params: dict, section: str = "policy") -> None:
     """Each parameter must have the type of its default: a finite number in [0, 1e9] (``*_s`` at least
     MIN_PERIOD_S when the default is positive), a boolean, or text. Other defaults are the policy's to check."""
     defaults = cls.param_defaults() if hasattr(cls, "param_defaults") else {}
     for key, value in params.items():
         default = defaults.get(key)
-        field = f"policy.params.{key}"
+        field = f"{section}.params.{key}"
         if isinstance(default, bool):
             if not isinstance(value, bool):
                 raise MmsimError(f"expected true or false, not {value!r:.40}", field=field)

@@ -2,8 +2,13 @@
 
 The paper's lesson is that preempting a model costs a per-(model, hardware)
 constant dominated by the weight reload (KV transfer is ~1%). This policy
-treats ``costs(m).swap_penalty_s()`` (unload + reload) as known and decides in
-request-seconds, using only predicted output lengths:
+treats the swap penalty (unload + reload) as known and decides in
+request-seconds, using only predicted output lengths. A reload is priced as
+the engine will charge it (``sim.parallel``): a tensor- or pipeline-parallel
+instance's nodes load their shards at once, each node's disk reading its
+shards in turn, and a host-RAM copy comes over every GPU's own link, in
+1/(tp x pp) of the one-GPU reload time; the victim's reload comes from host RAM
+when ``keep_weights_on_host`` keeps its weights there.
 
 * an absent model with pending requests is loaded into free memory at once
   (nothing is evicted);
@@ -54,12 +59,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sim.parallel import parallel_load_s
 from sim.policies.base import Policy, mypyc_attr
 from sim.policies.fcfs_swap import (Rechecks, eviction_group, gpu_with_room, held_requests, start_bytes, unblock,
                                     youngest_victim)
 from sim.policies.registry import register
 
 if TYPE_CHECKING:
+    from sim.engine.gpu import Gpu
     from sim.engine.instance import Instance
     from sim.engine.request import Request
     from sim.policies.view import ClusterView
@@ -84,6 +91,18 @@ def pending_gain_s(view: ClusterView, model: int) -> float:
         gain += request.predicted_output_tokens * costs.decode_step_s(1, request.prompt_tokens)
         gain += view.now - request.arrival_s
     return gain
+
+
+def load_s(view: ClusterView, model: int, gpu: Gpu) -> float:
+    """What the engine will charge to load ``model`` at ``gpu`` while no other transfer holds the channels: every
+    node of the GPUs the instance would span moves its share of the weights (sim.parallel), from the nodes'
+    host-RAM copies when all of them hold one, as the engine loads; infinite where it cannot be placed."""
+    group = view.shard_group(model, gpu)
+    if group is not None and not group:
+        return float("inf")
+    nodes = [g.node for g in group or [gpu]]
+    from_host = all(view.host_cached(model, node) for node in set(nodes))
+    return parallel_load_s(view.costs_on(model, gpu).reload_s(1.0, from_host), nodes, from_host)
 
 
 def unloading(view: ClusterView) -> bool:
@@ -186,12 +205,24 @@ class SwapAwarePolicy(Policy):
         head = start_bytes(view, pending[0]) if pending else 0
         return max(self.kv_reserve_tokens * view.costs(model).kv_bytes_per_token, head)
 
+    def victim_reload_s(self, view: ClusterView, victim: Instance) -> float:
+        """What bringing ``victim``'s model back onto its GPUs will cost, each node moving its share of the shards
+        (sim.parallel): from host RAM when this policy keeps evicted weights there and every node has room for
+        its part (or holds it already), else from disk."""
+        spans = victim.shards or [victim.gpu]
+        nodes = [g.node for g in spans]
+        from_host = bool(self.keep_weights_on_host) and all(
+            view.host_cached(victim.model, node)
+            or view.host_room_for(node, victim.costs.weight_bytes() * nodes.count(node) // len(spans))
+            for node in set(nodes))
+        return parallel_load_s(victim.costs.reload_s(victim.gpu_share, from_host), nodes, from_host)
+
     def eviction_cost_s(self, view: ClusterView, victim: Instance) -> float:
         held = len(held_requests(victim))
         if held == 0:
             return victim.costs.unload_s(victim.gpu_share)
         # Each held request is paused for the unload, the newcomer's minimum residency and the reload.
-        return held * (victim.costs.swap_penalty_s() + self.min_residency_s)
+        return held * (victim.costs.unload_s(victim.gpu_share) + self.victim_reload_s(view, victim) + self.min_residency_s)
 
     def victims_for(self, view: ClusterView, model: int) -> tuple[list[Instance] | None, float]:
         """The instances to evict for ``model`` (see the module rule; usually one, several on one GPU when no single
@@ -212,7 +243,7 @@ class SwapAwarePolicy(Policy):
                     wait_until = min(wait_until, settled_at)
                     continue
                 drain = drain_s(view, instance)
-                if drain < instance.costs.reload_s(instance.gpu_share):
+                if drain < self.victim_reload_s(view, instance):
                     continue  # about to finish: its completion re-plans
                 eligible.append((1, self.eviction_cost_s(view, instance), -drain, instance.uid, instance))
             group = eviction_group(view, model, [entry[-1] for entry in sorted(eligible)], reserve)
@@ -229,7 +260,7 @@ class SwapAwarePolicy(Policy):
 
     def pays_for(self, view: ClusterView, model: int, victims: list[Instance]) -> bool:
         """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties."""
-        cost_s = view.costs(model).reload_s() * view.pending_count(model) + self.group_cost_s(view, victims)
+        cost_s = load_s(view, model, victims[0].gpu) * view.pending_count(model) + self.group_cost_s(view, victims)
         return pending_gain_s(view, model) >= self.benefit_ratio * cost_s
 
     def plan(self, view: ClusterView) -> None:

@@ -33,7 +33,8 @@ class ClusterView:
 
     @property
     def gpus(self) -> tuple[Gpu, ...]:
-        return tuple(self._engine.gpus)
+        """The GPUs of the nodes that are up (in an elastic pool, nodes come and go)."""
+        return tuple(self._engine.live_gpus)
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -45,6 +46,15 @@ class ClusterView:
     def costs(self, model: int) -> ModelCosts:
         """The :class:`sim.costs.ModelCosts` of a model: reload/unload seconds, swap penalty, offload steps."""
         return self._engine.costs[model]
+
+    def costs_on(self, model: int, gpu: Gpu) -> ModelCosts:
+        """What ``model`` costs on ``gpu``'s hardware: pools of other GPU types have other step and load times."""
+        return self._engine.costs_on(model, gpu)
+
+    def price_per_gpu_hour(self, gpu: Gpu) -> float:
+        """What ``gpu``'s pool charges per GPU-hour (US$)."""
+        pools = self._engine.pools
+        return pools[gpu.pool].price_per_gpu_hour if pools else 0.0
 
     def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
         """GPU memory an instance of ``model`` takes before its first KV block: its weights at ``gpu_share`` and
@@ -132,6 +142,11 @@ class ClusterView:
         keeps the weights in the node's RAM (if there is room) for a faster reload there;
         ``keep_prefix_cache`` moves the cached prefix blocks there too, to come back with the next load."""
         return self._engine.unload(instance, mode, keep_on_host, keep_prefix_cache)
+
+    def shard_group(self, model: int, gpu: Gpu) -> list[Gpu] | None:
+        """The GPUs an instance of ``model`` placed at ``gpu`` would span (None: just ``gpu``; empty: it cannot
+        be placed there, e.g. the group would leave its pool or reach a node that is down)."""
+        return self._engine.shard_group(model, gpu)
 
     def gpus_per_instance(self, model: int) -> int:
         """How many GPUs an instance of ``model`` spans: its tensor_parallel x pipeline_parallel."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sim.errors import MmsimError
 from sim.reports.data import RunData
 
-IGNORED_SCENARIO_FIELDS = ("policy", "seed")
+IGNORED_SCENARIO_FIELDS = ("policy", "seed", "autoscaler")
 """What a comparison varies on purpose; every other scenario field must match."""
 
 

@@ -26,7 +26,10 @@ class RunData:
 
     @property
     def policy(self) -> str:
-        return str(self.summary.get("policy", "?"))
+        """What the run is compared by: its policy, and its autoscaler when it has one."""
+        policy = str(self.summary.get("policy", "?"))
+        autoscaler = (self.summary.get("fleet") or {}).get("autoscaler", "none")
+        return policy if autoscaler == "none" else f"{policy} + {autoscaler}"
 
     @property
     def seed(self) -> int:

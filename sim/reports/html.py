@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import MmsimError
-from sim.reports import plots, prefix, timelines
+from sim.reports import fleet, plots, prefix, timelines
 from sim.reports.comparable import check_comparable, check_unique, comparable_groups
 from sim.reports.data import RunData, by_policy, model_names
 from sim.reports.metrics import DROP_THRESHOLD
@@ -87,14 +87,21 @@ def _plots(groups: dict[str, list[RunData]], models: list[str], colours: dict, m
                 f"Request-seconds lost to weight reloads, unloads, KV transfers (swap out + in) and recomputation, "
                 f"{seeds}: the split that decides which preemption mode pays off."),
         _prefix_cache(groups, colours),
+        _fleet(groups, colours),
     ])
 
 
 def _prefix_cache(groups: dict[str, list[RunData]], colours: dict) -> str:
     if not prefix.has_cache_hits(groups):
         return ""
-    return _figure("Prefix cache", _panels([prefix.hit_rate_panel(groups, colours), prefix.ttft_panel(groups, colours)]),
-                   prefix.caption(groups))
+    panels = _panels([prefix.hit_rate_panel(groups, colours), prefix.ttft_panel(groups, colours)])
+    return _figure("Prefix cache", panels + prefix.instance_table(groups), prefix.caption(groups))
+
+
+def _fleet(groups: dict[str, list[RunData]], colours: dict) -> str:
+    if not fleet.has_fleet(groups):
+        return ""
+    return _figure("Fleet and cost", _panels(fleet.panels(groups, colours)) + fleet.table(groups), fleet.caption(groups))
 
 
 def _provenance(runs: list[RunData]) -> str:

@@ -1,13 +1,16 @@
-"""The prefix-cache section of a report: hit rate over time, and TTFT with and without a cache hit.
+"""The prefix-cache section of a report: hit rate over time, TTFT with and without a cache hit, and each
+instance's hit rate.
 
 Shown only when some run found prompt tokens in a prefix cache. The hit rate of
 a time bin is the share of prompt tokens, of requests first scheduled in that
-bin, that their first prefill found cached (requests' ``cached_prompt_tokens``).
+bin, that their first prefill found cached (requests' ``cached_prompt_tokens``);
+an instance's is over every admission (``per_instance`` in summary.json).
 """
 
 from __future__ import annotations
 
 import warnings
+from html import escape
 
 import numpy as np
 
@@ -100,4 +103,27 @@ def caption(groups: dict[str, list[RunData]]) -> str:
             parts.append(f"{policy}: {hit:.3g} s with a hit ({hits:,} requests) vs {miss:.3g} s without ({misses:,}){change}")
     return ("Share of prompt tokens that requests first scheduled in each time bin found in a prefix cache, and "
             "mean TTFT of completed requests with and without such a hit"
-            + (": " + "; ".join(parts) if parts else "") + ".")
+            + (": " + "; ".join(parts) if parts else "")
+            + "." + (" The table: each instance's prompt tokens looked up at every admission and found cached (first "
+                     "seed of each policy)." if instance_table(groups) else ""))
+
+
+def instance_table(groups: dict[str, list[RunData]]) -> str:
+    """Each instance that looked prompt tokens up, per policy (its first seed: instances differ between seeds):
+    tokens looked up at every admission, those found (prefill tokens saved) and their share."""
+    rows = []
+    for policy, runs in groups.items():
+        for item in runs[0].summary.get("per_instance") or []:  # runs written before it existed have none
+            if not item["prefix_queried_tokens"]:
+                continue
+            label = "unloaded ones" if item["instance"] is None else f"#{item['instance']}"
+            gpus = ", ".join(str(g) for g in item["gpus"]) or "–"
+            cells = [policy, label, item["model"], gpus, f"{item['prefix_queried_tokens']:,}",
+                     f"{item['prefix_hit_tokens']:,}", f"{item['prefix_hit_rate']:.1%}"]
+            rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("Policy", "Instance", "Model", "GPU", "Prompt tokens looked up",
+                                              "Found cached (prefill saved)", "Hit rate"))
+    return (f'<div class="table-wrap prefix-instances"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>")

@@ -9,7 +9,6 @@ curve a higher target never yields a higher capacity.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 from dataclasses import dataclass, field
@@ -19,7 +18,8 @@ from sim.errors import MmsimError
 from sim.runner import check_run_size
 from sim.scenario import parse_scenario, read_yaml
 from sim.sweep.execute import Backend
-from sim.sweep.spec import RunTask, apply_axis, gpu_layout, gpus_per_node_of, run_id
+from sim.sweep.points import make_task, run_points
+from sim.sweep.spec import gpu_layout, gpus_per_node_of
 
 
 @dataclass
@@ -60,22 +60,12 @@ class Evaluator:
     def point(self, policy: str, load: float, gpus: int | None = None) -> dict:
         key = (policy, round(load, 12), gpus)
         if key not in self.cache:
-            tasks = [self._task(policy, load, gpus, seed) for seed in self.seeds]
-            outcomes = list(self.backend.map(tasks))
-            values = [o["summary"]["slo_attainment"] if o["status"] == "ok" else 0.0 for o in outcomes]
-            errors = sorted({o["error"] for o in outcomes if o["status"] != "ok"})
-            self.cache[key] = {"policy": policy, "load": load, "gpus": gpus,
-                               "slo_attainment": sum(values) / len(values), "errors": errors}
+            axes = {"policy.name": policy, "load": load, **({} if gpus is None else {"gpus": gpus})}
+            tasks = [make_task(self.base_data, self.base_dir, {**axes, "seed": seed}) for seed in self.seeds]
+            figures = run_points(self.backend, {key: tasks})[key]
+            self.cache[key] = {"policy": policy, "load": load, "gpus": gpus, "slo_attainment": figures["slo_attainment"],
+                               "cost_usd": figures["cost_usd"], "errors": figures["errors"]}
         return self.cache[key]
-
-    def _task(self, policy: str, load: float, gpus: int | None, seed: int) -> RunTask:
-        data = copy.deepcopy(self.base_data)
-        axes = {"policy.name": policy, "load": load, "seed": seed}
-        if gpus is not None:
-            axes["gpus"] = gpus
-        for path, value in axes.items():
-            apply_axis(data, path, value, self.base_dir)
-        return RunTask(run_id(axes), axes, data, str(self.base_dir))
 
 
 def max_load(evaluate, target: float, low: float, high: float, tolerance: float) -> tuple[float | None, str]:
@@ -141,6 +131,9 @@ def plan_capacity(scenario_path: Path, query: CapacityQuery, *, workers: int | N
     scenario_path = Path(scenario_path)
     data = read_yaml(scenario_path, "scenario file")
     scenario = parse_scenario(data, str(scenario_path), scenario_path.parent)
+    if query.gpus_for_load is not None and scenario.cluster.pools is not None:
+        raise MmsimError("--gpus-for-load lays out GPUs on nodes of one kind, and this scenario has cluster.pools: "
+                         "use --cheapest-fleet", source=str(scenario_path), field="cluster.pools")
     scenario.check_requested_models(str(scenario_path))
     check_run_size(scenario, scenario_path.parent, str(scenario_path))
     per_node = gpus_per_node_of(data, scenario_path.parent)

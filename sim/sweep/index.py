@@ -10,16 +10,20 @@ import pandas as pd
 
 from sim.results import atomic_write
 
-FIGURES = ("throughput_tokens_per_s", "goodput_requests_per_s", "slo_attainment", "ttft_p99_s",
+COST_FIGURES = ("cost_usd", "cost_per_1k_requests_usd", "cost_per_million_output_tokens_usd", "gpu_hours")
+"""From the summary's ``fleet`` block (sim/fleet/cost.py): what the GPUs billed during the run cost."""
+FIGURES = ("throughput_tokens_per_s", "goodput_requests_per_s", "slo_attainment", *COST_FIGURES, "ttft_p99_s",
            "preemptions", "reload_s", "requests_total", "requests_completed", "sim_wall_seconds")
 
 
 def summary_figures(summary: dict) -> dict:
-    """The headline figures of a run's summary.json, flat."""
+    """The headline figures of a run's summary.json, flat (cost None for a summary without a fleet block)."""
+    fleet = summary.get("fleet") or {}
     return {
         "throughput_tokens_per_s": summary.get("throughput_tokens_per_s"),
         "goodput_requests_per_s": summary.get("goodput_requests_per_s"),
         "slo_attainment": summary.get("slo_attainment"),
+        **{name: fleet.get(name) for name in COST_FIGURES},
         "ttft_p99_s": (summary.get("ttft_s") or {}).get("p99"),
         "preemptions": summary.get("preemptions"),
         "reload_s": (summary.get("lost_seconds") or {}).get("reload"),

@@ -1,11 +1,11 @@
 """HTML page for a sweep folder: SLO attainment and goodput vs load per policy (95% bands over seeds where there
 are at least three: Wilson inside [0, 1] for attainment, never below 0 for goodput; fixed policy colours),
-the capacity table when ``capacity.json`` is present, and links to every run's folder."""
+cost (per run, and per combination of the other axes with the cost-vs-attainment Pareto frontier), the
+capacity or cheapest-fleet table when ``capacity.json`` is present, and links to every run's folder."""
 
 from __future__ import annotations
 
 import html
-import io
 import json
 import math
 from pathlib import Path
@@ -13,10 +13,12 @@ from pathlib import Path
 import pandas as pd
 
 from sim.errors import MmsimError
-from sim.reports.stats import MIN_SEEDS, Estimate, no_interval_text, proportion_estimate, rate_estimate
 from sim.reports.colours import policy_colours
+from sim.reports.stats import MIN_SEEDS, Estimate, no_interval_text, proportion_estimate, rate_estimate
 from sim.results import atomic_write
-from sim.sweep.index import read_index
+from sim.sweep.index import COST_FIGURES, read_index
+from sim.sweep.page import document, figure_svg, num as _num, pyplot, table as _table
+from sim.sweep.pareto import COST, FIGURE_COLUMNS, figures_row, pareto_front, pareto_svg
 
 LOAD_AXES = ("load", "workload.generator.arrivals.rate_per_s", "workload.time_scale")
 SERIES_AXES = ("policy.name", "policy")
@@ -32,7 +34,14 @@ def confidence(values: pd.Series, trials: pd.Series | None = None, proportion: b
     return rate_estimate(values.tolist())
 
 
+def _varying(axes: list[str], frame: pd.DataFrame) -> list[str]:
+    """The axes with more than one value: one that is the same in every run (e.g. a shortened duration) is
+    neither an x axis nor part of a series' name."""
+    return [a for a in axes if a in frame and frame[a].astype(str).nunique() > 1]
+
+
 def _x_axis(axes: list[str], frame: pd.DataFrame) -> str | None:
+    axes = _varying(axes, frame)
     for name in LOAD_AXES:
         if name in axes:
             return name
@@ -48,7 +57,7 @@ def band_table(frame: pd.DataFrame, axes: list[str], metric: str) -> pd.DataFram
     """Mean and 95% interval (low, high; NaN below three seeds) of ``metric`` per series (every axis but x and
     seed) and x."""
     x = _x_axis(axes, frame)
-    keys = [a for a in axes if a not in (x, "seed")]
+    keys = [a for a in _varying(axes, frame) if a not in (x, "seed")]
     ok = frame[frame["status"].eq("ok")].copy()
     ok["_series"] = ok.apply(lambda r: _series_label(r, keys), axis=1) if len(ok) else []
     rows = []
@@ -75,41 +84,63 @@ def _band_caption(bands: pd.DataFrame, metric: str) -> str:
     return f"Mean over seeds; {no_interval_text(seeds)} (a band needs {MIN_SEEDS} or more seeds at a point)."
 
 
-def _svg(bands: pd.DataFrame, xlabel: str, ylabel: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.4, 3.6))
+def _svg(bands: pd.DataFrame, xlabel: str | None, ylabel: str) -> str:
+    """Each series' mean and band against x; with no x axis (``xlabel`` None), one column per series."""
+    figure, axis = pyplot().subplots(figsize=(6.4, 3.6))
     colours = policy_colours(sorted({_policy_of(series) for series in bands["series"]}))
-    for series, part in bands.groupby("series", sort=True):
+    for position, (series, part) in enumerate(bands.groupby("series", sort=True)):
         part = part.sort_values("x")
         colour = colours[_policy_of(series)]
+        if xlabel is None:
+            spread = [part["mean"] - part["low"], part["high"] - part["mean"]]  # NaN (under three seeds): no bar
+            axis.errorbar([position], part["mean"], yerr=spread, fmt="o", capsize=4, color=colour)
+            continue
         axis.plot(part["x"], part["mean"], marker="o", label=series, color=colour)
         # Points with fewer than three seeds have no interval: the band leaves a gap there.
         axis.fill_between(part["x"], part["low"], part["high"], alpha=0.2, color=colour, linewidth=0)
-    axis.set_xlabel(xlabel)
+    if xlabel is None:
+        names = sorted(set(bands["series"]))
+        axis.set_xticks(range(len(names)), names, fontsize="small")
+        axis.set_xlim(-0.5, len(names) - 0.5)
+    else:
+        axis.set_xlabel(xlabel)
+        if len(bands):
+            axis.legend(fontsize="small")
     axis.set_ylabel(ylabel)
     axis.grid(alpha=0.3)
-    if len(bands):
-        axis.legend(fontsize="small")
     figure.tight_layout()
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", metadata={"Date": None})  # no timestamp: same sweep, same page
-    plt.close(figure)
-    text = buffer.getvalue()
-    return text[text.index("<svg"):]
+    return figure_svg(figure)
 
 
-def _table(columns: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def cost_table(frame: pd.DataFrame, axes: list[str]) -> list[dict]:
+    """Per combination of every axis but the seed: means over its finished runs of SLO attainment, goodput and
+    the cost figures, the runs counted, and whether it is on the cost-vs-attainment Pareto frontier."""
+    keys = [a for a in _varying(axes, frame) if a != "seed"]
+    ok = frame[frame["status"].eq("ok")]
+    rows = []
+    for _, part in (ok.groupby(keys, sort=False, dropna=False) if keys else [((), ok)]):
+        label = _series_label(part.iloc[0], keys)
+        rows.append({"series": label, "policy": _policy_of(label), "runs": len(part),
+                     **{name: _mean(part, name) for name in ("slo_attainment", "goodput_requests_per_s", *COST_FIGURES)}})
+    for row, on_front in zip(rows, pareto_front([(r[COST], r["slo_attainment"]) for r in rows])):
+        row["pareto"] = on_front
+    return rows
 
 
-def _num(value, spec: str = ".3f") -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+def _mean(part: pd.DataFrame, name: str) -> float | None:
+    """The column's mean, None where it is missing (an index from before cost was recorded) or empty."""
+    return None if name not in part or part[name].isna().all() else float(part[name].mean())
+
+
+def _cost_section(frame: pd.DataFrame, axes: list[str]) -> str:
+    rows = cost_table(frame, axes)
+    if not any(r[COST] is not None for r in rows):
+        return ""
+    cells = [[html.escape(r["series"]), str(r["runs"]), *figures_row(r), "✓" if r["pareto"] else ""] for r in rows]
+    return ("<h2>Cost and SLO attainment</h2><p>Mean over the finished runs (seeds) of each combination of the other "
+            "axes; ringed and joined: the Pareto frontier (no other combination costs no more per 1,000 requests and "
+            "attains no less).</p>" + pareto_svg(rows, "policy", "series")
+            + _table(["series", "runs", *FIGURE_COLUMNS, "Pareto"], cells))
 
 
 def _capacity_section(path: Path) -> str:
@@ -117,6 +148,8 @@ def _capacity_section(path: Path) -> str:
         return ""
     data = json.loads(path.read_text())
     query = data.get("query", {})
+    if "fleet" in data:
+        return _fleet_section(data["fleet"], query)
     rows = []
     for answer in data.get("policies", []):
         layout = answer.get("gpu_layout")
@@ -129,6 +162,23 @@ def _capacity_section(path: Path) -> str:
         title += f"; min GPUs at load {query['gpus_for_load']}"
     return f"<h2>{html.escape(title)}</h2>" + _table(
         ["policy", "max load ×", "bound", "attainment there", "min GPUs", "attainment there"], rows)
+
+
+def _fleet_section(answers: list[dict], query: dict) -> str:
+    rows = []
+    for a in answers:
+        tried = f"{a['mixes_run']} of {a['mixes_total']}"
+        if a.get("nodes") is None:
+            rows.append([html.escape(a["policy"]), "none meets the target", *["-"] * 5, tried])
+            continue
+        f = a["figures"]
+        rows.append([html.escape(a["policy"]), html.escape(", ".join(f"{k}={v}" for k, v in a["nodes"].items())),
+                     str(a["gpus"]), _num(a["hourly_usd"], ".2f"), _num(f.get("cost_usd"), ".4f"),
+                     _num(f.get("cost_per_1k_requests_usd"), ".4f"), _num(f.get("slo_attainment")), tried])
+    title = (f"Cheapest fleet at SLO attainment ≥ {query.get('target')} over {len(query.get('seeds', []))} seed(s), "
+             f"load {query.get('load')}×")
+    return f"<h2>{html.escape(title)}</h2>" + _table(
+        ["policy", "nodes per pool", "GPUs", "$ / hour", "run cost $", "$ / 1k req", "attainment", "mixes run"], rows)
 
 
 def _run_link(sweep_dir: Path, run_id: str) -> str:
@@ -146,29 +196,26 @@ def sweep_report(sweep_dir: Path, out: Path) -> Path:
     meta = json.loads((sweep_dir / "sweep.json").read_text()) if (sweep_dir / "sweep.json").is_file() else {}
     axes = meta.get("axes") or [c for c in frame.columns if c not in ("run_id", "status", "error") and "." in c]
     x = _x_axis(axes, frame)
-    xlabel = "load multiplier" if x == "load" else (x or "(no numeric axis)")
+    xlabel = "load multiplier" if x == "load" else x
     sections = []
     for metric, label in (("slo_attainment", "SLO attainment"), ("goodput_requests_per_s", "goodput (req/s)")):
         bands = band_table(frame, axes, metric)
-        sections.append(f"<h2>{html.escape(label)} vs {html.escape(xlabel)}</h2>"
+        title = f"{label} vs {xlabel}" if xlabel else f"{label} per series"
+        sections.append(f"<h2>{html.escape(title)}</h2>"
                         f"<p>{html.escape(_band_caption(bands, metric))}</p>{_svg(bands, xlabel, label)}")
+    sections.append(_cost_section(frame, axes))
     sections.append(_capacity_section(sweep_dir / "capacity.json"))
-    figures = ["slo_attainment", "goodput_requests_per_s", "throughput_tokens_per_s", "ttft_p99_s", "preemptions", "reload_s"]
+    figures = {"slo_attainment": ".3f", "goodput_requests_per_s": ".3f", "cost_usd": ".4f", "cost_per_1k_requests_usd": ".4f",
+               "cost_per_million_output_tokens_usd": ".3f", "gpu_hours": ".3f", "throughput_tokens_per_s": ".1f",
+               "ttft_p99_s": ".3f", "preemptions": ".0f", "reload_s": ".1f"}
     rows = [[_run_link(sweep_dir, r["run_id"]), *(html.escape(str(r[a])) for a in axes), html.escape(str(r["status"])),
-             *(_num(r[f]) for f in figures), html.escape(str(r["error"] or "")) if r["status"] != "ok" else ""]
+             *(_num(r.get(f), form) for f, form in figures.items()), html.escape(str(r["error"] or "")) if r["status"] != "ok" else ""]
             for r in frame.to_dict("records")]
     sections.append("<h2>Runs</h2>" + _table(["run", *axes, "status", *figures, "error"], rows))
     failed = int((frame["status"] != "ok").sum())
     name = meta.get("name", sweep_dir.name)
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Sweep {html.escape(name)}</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:70em}}table{{border-collapse:collapse;font-size:0.85em}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}svg{{max-width:100%;height:auto}}</style></head>
-<body><h1>Sweep {html.escape(name)}</h1>
-<p>{len(frame)} run(s), {failed} failed; base scenario {html.escape(str(meta.get('base', '?')))};
-axes: {html.escape(', '.join(axes))}.</p>
-{''.join(sections)}
-</body></html>
-"""
+    page = document(f"Sweep {name}", f"<p>{len(frame)} run(s), {failed} failed; base scenario "
+                    f"{html.escape(str(meta.get('base', '?')))}; axes: {html.escape(', '.join(axes))}.</p>"
+                    + "".join(sections))
     atomic_write(out, lambda p: Path(p).write_text(page))
     return out

@@ -4,7 +4,8 @@ An axis is a dotted path into the scenario (``policy.name``, ``seed``,
 ``workload.generator.arrivals.rate_per_s``, ``slo.default.ttft_s``...) or one
 of the convenience axes: ``load`` (multiplies the arrival rate by dividing
 ``workload.time_scale``) and ``gpus`` (total GPU count, laid out as nodes ×
-GPUs per node).
+GPUs per node). ``autoscaler.name`` drops the base's ``autoscaler.params`` when it names another
+autoscaler, as ``mmsim run --autoscaler`` does; a pool is ``cluster.pools.N.FIELD``.
 """
 
 from __future__ import annotations
@@ -162,7 +163,15 @@ def apply_axis(data: dict, path: str, value, base_dir: Path) -> None:
     if path == "load":
         workload = data.setdefault("workload", {})
         workload["time_scale"] = float(workload.get("time_scale", 1.0)) / float(value)
+    elif path == "autoscaler.name":
+        section = data.setdefault("autoscaler", {})
+        if section.get("name", "none") != value:
+            section.pop("params", None)  # another autoscaler's parameters would be unknown to it
+        section["name"] = value
     elif path == "gpus":
+        if (data.get("cluster") or {}).get("pools") is not None:
+            raise MmsimError("the gpus axis lays out a cluster of one kind of node, and this one has cluster.pools: "
+                             "use cluster.pools.N.nodes (or mmsim capacity --cheapest-fleet)", field="gpus")
         per_node = gpus_per_node_of(data, base_dir)
         layout = gpu_layout(int(value), per_node)
         if layout is None or int(value) != value:
@@ -171,6 +180,12 @@ def apply_axis(data: dict, path: str, value, base_dir: Path) -> None:
         cluster["nodes"], cluster["gpus_per_node"] = layout
     else:
         set_path(data, path, copy.deepcopy(value))
+
+
+def apply_axes(data: dict, axes: dict, base_dir: Path) -> None:
+    """Apply every axis value; ``autoscaler.name`` first, so that an ``autoscaler.params...`` axis outlives it."""
+    for path in sorted(axes, key=lambda p: p != "autoscaler.name"):
+        apply_axis(data, path, axes[path], base_dir)
 
 
 def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
@@ -191,8 +206,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
         data = copy.deepcopy(base_data)
         source = f"{sweep_path} run {identifier}"
         try:
-            for path, value in axes.items():
-                apply_axis(data, path, value, base_path.parent)
+            apply_axes(data, axes, base_path.parent)
         except MmsimError as error:
             raise MmsimError(str(error), source=source) from None
         scenario = parse_scenario(data, source, base_path.parent)

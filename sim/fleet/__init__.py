@@ -1,0 +1,1 @@
+"""Elastic fleets: node pools of several GPU types, cold starts, autoscalers and what the GPUs cost."""

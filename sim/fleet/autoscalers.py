@@ -1,0 +1,202 @@
+"""Autoscalers: how many replicas of each model the fleet should run, decided every ``interval_s``.
+
+An autoscaler sees one :class:`ModelSignals` per model and answers a replica count and the reason for
+it; the controller (:mod:`sim.fleet.controller`) clamps it, holds scale-downs for a stabilisation
+window and starts or retires instances. The reactive ones use Kubernetes' HPA rule,
+``desired = ceil(replicas x metric / target)``, left alone within a 10% tolerance; they differ in the
+signal: ``utilisation`` watches how busy the GPUs are (a CPU-like signal, capped at 100% however long
+the queue), ``queue-depth`` and ``kv-utilisation`` watch what the Gateway API inference extension
+exposes per pod. ``predictive`` forecasts the arrival rate one cold start ahead (Holt's linear trend,
+as an exponentially weighted level and slope) and provisions for it, in the spirit of DynamoLLM.
+
+A user's autoscaler is a subclass in ``path/to/file.py:ClassName``, or a ``mmsim.autoscalers`` entry point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sim.errors import MmsimError
+from sim.policies.registry import apply_params, check_params, entry_point_class, is_policy_file, load_class_from_file
+
+TOLERANCE = 0.1
+"""HPA's default: a metric within 10% of its target changes nothing."""
+
+
+@dataclass(frozen=True)
+class ModelSignals:
+    """What the fleet shows an autoscaler about one model at a decision."""
+
+    model: str
+    now: float
+    interval_s: float
+    replicas: int  # instances serving or starting, not counting those being retired
+    ready: int  # of those, serving
+    queued: int  # requests not in a batch: unplaced, or waiting or swapped at an instance
+    running: int  # requests in a batch (prefilling or decoding)
+    kv_utilisation: float  # KV blocks held / blocks that fit, over the ready instances
+    utilisation: float  # share of the last interval the ready instances' GPUs were busy
+    arrival_rate_per_s: float  # arrivals over the last interval
+    lead_time_s: float  # how long a new instance on a new node takes to be ready
+
+    @property
+    def in_system(self) -> int:
+        return self.queued + self.running
+
+
+class Autoscaler:
+    """Base class: keep the replicas there are. Subclasses set ``name`` and ``description`` and override
+    :meth:`desired`; parameters come from the scenario's ``autoscaler.params``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def __init__(self, **params: Any) -> None:
+        apply_params(self, params)
+
+    @classmethod
+    def param_defaults(cls) -> dict[str, Any]:
+        return {}
+
+    def desired(self, signals: ModelSignals) -> tuple[int, str]:
+        """The replicas ``signals.model`` should have, and the signal behind the number (logged)."""
+        return signals.replicas, "none"
+
+
+def proportional(current: int, metric: float, target: float) -> int:
+    """HPA's rule: scale ``current`` by metric / target, unless that is within the tolerance."""
+    ratio = metric / target
+    if abs(ratio - 1.0) <= TOLERANCE:
+        return current
+    return math.ceil(current * ratio - 1e-9)
+
+
+class NoAutoscaler(Autoscaler):
+    name = "none"
+    description = "A fixed fleet: the nodes and instances the scenario starts with."
+
+
+class PerReplicaAutoscaler(Autoscaler):
+    """HPA on a per-replica metric averaged over the ready replicas (``metric`` names a field of the signals)."""
+
+    metric: ClassVar[str] = ""
+    target: float
+
+    def desired(self, signals: ModelSignals) -> tuple[int, str]:
+        value = getattr(signals, self.metric)
+        wanted = proportional(signals.ready, value, self.target) if signals.ready else signals.replicas
+        return wanted, f"{self.metric} {value:.2f} (target {self.target:g})"
+
+
+class UtilisationAutoscaler(PerReplicaAutoscaler):
+    name = "utilisation"
+    description = "HPA on GPU busy share (a CPU-like signal): blind to the queue behind a busy GPU."
+    metric = "utilisation"
+
+    @classmethod
+    def param_defaults(cls) -> dict[str, Any]:
+        return {"target": 0.6}
+
+
+class KvUtilisationAutoscaler(PerReplicaAutoscaler):
+    name = "kv-utilisation"
+    description = "HPA on KV-cache utilisation (the inference extension's kv-cache usage)."
+    metric = "kv_utilisation"
+
+    @classmethod
+    def param_defaults(cls) -> dict[str, Any]:
+        return {"target": 0.7}
+
+
+class QueueDepthAutoscaler(Autoscaler):
+    name = "queue-depth"
+    description = "HPA on queued requests per replica (the inference extension's queue size)."
+    target: float
+
+    @classmethod
+    def param_defaults(cls) -> dict[str, Any]:
+        return {"target": 4.0}
+
+    def desired(self, signals: ModelSignals) -> tuple[int, str]:
+        # An average-value target: the sum of the per-pod metric over the target, however many pods there are.
+        per_replica = signals.queued / max(signals.replicas, 1)
+        wanted = proportional(max(signals.replicas, 1), per_replica, self.target)
+        return wanted, f"queue_depth {per_replica:.1f} per replica (target {self.target:g})"
+
+
+class PredictiveAutoscaler(Autoscaler):
+    """Replicas for the requests in system one cold start ahead: Little's law with a forecast arrival rate.
+
+    The rate's level and trend are exponentially weighted (Holt); the requests in system then are the
+    forecast rate times the time a request spends there now (in system / rate, also smoothed), and each
+    replica should hold ``target_in_flight`` of them. It never asks for fewer than the requests in
+    system now need, so a forecast that lags a spike does no worse than a reactive rule."""
+
+    name = "predictive"
+    description = "Forecasts the arrival rate a cold start ahead (Holt) and provisions for it (as DynamoLLM)."
+    target_in_flight: float
+    alpha: float
+    beta: float
+
+    @classmethod
+    def param_defaults(cls) -> dict[str, Any]:
+        return {"target_in_flight": 16.0, "alpha": 0.5, "beta": 0.3}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._state: dict[str, list[float]] = {}  # model -> [rate level, rate trend per interval, seconds in system]
+
+    def desired(self, signals: ModelSignals) -> tuple[int, str]:
+        rate = signals.arrival_rate_per_s
+        state = self._state.get(signals.model)
+        if state is None:
+            state = self._state[signals.model] = [rate, 0.0, 0.0]
+        else:
+            level, trend, _ = state
+            state[0] = self.alpha * rate + (1 - self.alpha) * (level + trend)
+            state[1] = self.beta * (state[0] - level) + (1 - self.beta) * trend
+        if rate > 0 and signals.in_system:
+            sojourn_s = signals.in_system / rate
+            state[2] = sojourn_s if state[2] == 0 else self.alpha * sojourn_s + (1 - self.alpha) * state[2]
+        ahead = (signals.lead_time_s + signals.interval_s) / signals.interval_s
+        forecast = max(0.0, state[0] + state[1] * ahead)
+        needed_then = forecast * state[2] / self.target_in_flight
+        needed_now = signals.in_system / self.target_in_flight
+        wanted = math.ceil(max(needed_then, needed_now) - 1e-9)
+        return wanted, (f"forecast {forecast:.2f} req/s in {signals.lead_time_s:.0f} s x {state[2]:.1f} s in system "
+                        f"(target {self.target_in_flight:g} in flight per replica)")
+
+
+BUILTIN = {cls.name: cls for cls in (NoAutoscaler, UtilisationAutoscaler, QueueDepthAutoscaler,
+                                     KvUtilisationAutoscaler, PredictiveAutoscaler)}
+
+
+def get_autoscaler_class(spec: str) -> type:
+    """Resolve an autoscaler name or ``path.py:Class`` to its class."""
+    if is_policy_file(spec):
+        cls = load_class_from_file(spec, "autoscaler")
+        if not (isinstance(cls, type) and issubclass(cls, Autoscaler)):
+            raise MmsimError(f"{spec!r} is not a subclass of sim.fleet.autoscalers.Autoscaler", field="autoscaler.name")
+        return cls
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    installed = entry_point_class("mmsim.autoscalers", spec)
+    if installed is not None:
+        return installed
+    raise MmsimError(f"unknown autoscaler {spec!r}; built-in autoscalers: {', '.join(sorted(BUILTIN))}, "
+                     "or path/to/file.py:ClassName", field="autoscaler.name")
+
+
+def make_autoscaler(spec: str, params: dict | None = None) -> Autoscaler:
+    cls = get_autoscaler_class(spec)
+    check_params(cls, params or {}, section="autoscaler")
+    try:
+        return cls(**(params or {}))
+    except (TypeError, ValueError) as error:
+        raise MmsimError(f"bad parameters for autoscaler {spec!r}: {error}", field="autoscaler.params") from None
+
+
+def autoscaler_descriptions() -> dict[str, str]:
+    return {name: cls.description for name, cls in sorted(BUILTIN.items())}

@@ -1,0 +1,306 @@
+"""The fleet controller: every ``autoscaler.interval_s`` it reads each model's signals, asks the autoscaler
+for a replica count and makes it so, provisioning and releasing nodes on the way.
+
+Scale-up takes a whole free GPU (or aligned GPU group) for each new instance, as Kubernetes allocates
+GPUs, on a node that is up, else on one being provisioned, else on a new node of the pool the placement
+rule prefers; the instance then goes through its cold-start stages (:mod:`sim.fleet.coldstart`). A
+scale-down follows the highest count asked for over ``scale_down_window_s`` (HPA's stabilisation) and
+retires instances: cold starts are cancelled first, then the least busy ready instances stop taking
+requests and unload once empty. A node with nothing on it for ``node_idle_s`` is released, down to its
+pool's ``min_nodes``. Every decision is logged as an event with the signal that drove it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Generator
+
+import simpy
+
+from sim.fleet.autoscalers import Autoscaler, ModelSignals
+from sim.fleet.coldstart import expected_start_s, instance_stages
+from sim.fleet.cost import physical_gpus_per_node
+
+if TYPE_CHECKING:
+    from sim.engine.engine import Engine
+    from sim.engine.gpu import Gpu
+    from sim.engine.instance import Instance
+    from sim.fleet.hardware import PoolLayout
+
+SERVING = ("ready", "loading", "starting")
+
+
+class FleetController:
+    """Holds each model at the replica count its autoscaler asks for."""
+
+    def __init__(self, engine: Engine, scenario, layouts: list[PoolLayout], autoscaler: Autoscaler):
+        self.engine = engine
+        self.config = scenario.autoscaler
+        self.layouts = layouts
+        self.autoscaler = autoscaler
+        self.gpu_shares = [m.gpu_share for m in scenario.models]
+        models = range(len(engine.model_names))
+        self.preference = [[layouts[p] for p in engine.placement[m]["pools"]] for m in models]
+        self.lead_time_s = [self._lead_time_s(m) for m in models]
+        self.arrivals_seen = [0] * len(engine.model_names)
+        self.active_since_s = [0.0] * len(engine.model_names)  # last time a model had a request about
+        self.busy_seen: dict[int, float] = {}  # instance uid -> its busy seconds at the last decision
+        self.capacity = [self._capacity(m) for m in models]
+        # The stabilisation window starts out holding the replicas the run starts with, as if they had been
+        # asked for: a fleet is not scaled down within its first window.
+        self.wanted: list[deque[tuple[float, int]]] = [deque([(0.0, len(engine.instances_by_model[m]))]) for m in models]
+        self.booked: dict[int, list[int]] = {}  # node being provisioned -> models to start there once it is up
+        self.empty_since: dict[int, float] = {}
+        self.peak_nodes = [sum(1 for n in engine.nodes if n.pool == layout.index and n.billed) for layout in layouts]
+
+    def run(self) -> Generator[simpy.Event, None, None]:
+        env, engine = self.engine.env, self.engine
+        while not engine.all_done.triggered:
+            yield env.timeout(self.config.interval_s)
+            self.decide(env.now)
+            if engine.arrivals_done and self._settled():
+                return  # nothing is running, loading or provisioning: further decisions change nothing
+
+    # -- deciding ------------------------------------------------------------------------------------
+    def decide(self, now: float) -> None:
+        for model in range(len(self.engine.model_names)):
+            signals = self.signals(model, now)
+            wanted, reason = self._bounded(model, signals, now)
+            current = signals.replicas
+            if wanted != current:
+                direction = "scale_up" if wanted > current else "scale_down"
+                self.engine.recorder.event(now, direction, -1, signals.model,
+                                           detail=f"replicas {current}->{wanted}: {reason}")
+                if wanted > current:
+                    self._scale_up(model, wanted - current, now)
+                else:
+                    self._scale_down(model, current - wanted)
+        self._unload_emptied()
+        self._release_idle_nodes(now)
+
+    def _bounded(self, model: int, signals: ModelSignals, now: float) -> tuple[int, str]:
+        """The autoscaler's count within the scenario's bounds, scale-to-zero and the stabilisation window."""
+        config = self.config
+        wanted, reason = self.autoscaler.desired(signals)
+        timeout_s = config.idle_timeout_s(self.engine.model_names[model])
+        if timeout_s is not None and now - self.active_since_s[model] >= timeout_s:
+            self.wanted[model].clear()
+            return 0, f"idle {now - self.active_since_s[model]:.0f} s (scale to zero after {timeout_s:g} s)"
+        floor = config.min_replicas if timeout_s is None else max(config.min_replicas, 1)
+        if signals.queued and floor < 1:
+            floor = 1  # a request waits for a model with no replica: start one (Knative's activator)
+        wanted = min(max(wanted, floor), config.max_replicas)
+        if wanted > self.capacity[model]:
+            wanted, reason = self.capacity[model], reason + f"; capped at the {self.capacity[model]} instances the pools hold"
+        window = self.wanted[model]
+        window.append((now, wanted))
+        while window[0][0] < now - config.scale_down_window_s:
+            window.popleft()
+        held = max(count for _, count in window)
+        if wanted < signals.replicas and held > wanted:
+            return min(held, signals.replicas), reason + f"; held by the {config.scale_down_window_s:g} s window"
+        return wanted, reason
+
+    def signals(self, model: int, now: float) -> ModelSignals:
+        engine = self.engine
+        queued, running, ready, replicas, held, room, busy_s = len(engine.pending[model]), 0, 0, 0, 0, 0, 0.0
+        for instance in engine.instances_by_model[model]:
+            instance.gpu.sync()
+            queued += len(instance.waiting) + len(instance.swapped)
+            running += len(instance.running) + len(instance.prefilling)
+            if instance.status not in SERVING or instance in engine.retiring:
+                continue
+            replicas += 1
+            if instance.status == "ready":
+                ready += 1
+                held += instance.blocks
+                room += instance.blocks + instance.free_blocks()
+                busy_s += instance.busy_s - self.busy_seen.get(instance.uid, instance.busy_s)
+            self.busy_seen[instance.uid] = instance.busy_s
+        replicas += sum(models.count(model) for models in self.booked.values())
+        arrived = engine.arrivals_by_model[model] - self.arrivals_seen[model]
+        self.arrivals_seen[model] = engine.arrivals_by_model[model]
+        if arrived or queued or running:
+            self.active_since_s[model] = now
+        interval_s = self.config.interval_s
+        return ModelSignals(engine.model_names[model], now, interval_s, replicas, ready, queued, running,
+                            held / room if room else 0.0, min(1.0, busy_s / (ready * interval_s)) if ready else 0.0,
+                            arrived / interval_s, self.lead_time_s[model])
+
+    # -- scaling up ----------------------------------------------------------------------------------
+    def _scale_up(self, model: int, count: int, now: float) -> None:
+        """Take back instances being retired first (they are warm), then start new ones."""
+        engine = self.engine
+        for instance in [i for i in engine.instances_by_model[model] if i in engine.retiring][:count]:
+            engine.retiring.discard(instance)
+            count -= 1
+            if instance.status == "ready":  # it takes requests again, the ones left unplaced meanwhile first
+                engine.policy.on_instance_ready(instance, engine.view)
+        for _ in range(count):
+            if not self._start(model, now) and not self._book(model, now):
+                self.engine.recorder.event(now, "scale_blocked", -1, self.engine.model_names[model],
+                                           detail="no free GPU and every pool at max_nodes")
+                return
+
+    def _start(self, model: int, now: float) -> bool:
+        """Start an instance on free GPUs of a node that is up, in the placement rule's order of pools."""
+        for layout in self.preference[model]:
+            for gpu in self._free_groups(model, layout):
+                if self._start_on(model, gpu, now):
+                    return True
+        return False
+
+    def _start_on(self, model: int, gpu: Gpu, now: float) -> bool:
+        engine = self.engine
+        layout = self.layouts[gpu.pool]
+        stages = instance_stages(layout.cold_start, engine.costs_on(model, gpu), engine.nodes[gpu.node], model, now,
+                                 self._size(model))
+        return engine.load(model, gpu, self.gpu_shares[model], cold_start=stages) is not None
+
+    def _book(self, model: int, now: float) -> bool:
+        """Book room on a node being provisioned, else provision a new node for the model."""
+        engine = self.engine
+        for layout in self.preference[model]:
+            for node_index, models in self.booked.items():
+                if engine.nodes[node_index].pool == layout.index and self._room_left(node_index, models + [model]):
+                    models.append(model)
+                    return True
+            for node_index in layout.node_indexes:
+                node = engine.nodes[node_index]
+                if not node.billed and self._room_left(node_index, [model]):
+                    self._provision(node_index, model, layout, now)
+                    return True
+        return False
+
+    def _provision(self, node_index: int, model: int, layout: PoolLayout, now: float) -> None:
+        engine = self.engine
+        node = engine.nodes[node_index]
+        node.provision(now)
+        self.booked[node_index] = [model]
+        first_gpu = layout.first_gpu + (node_index - layout.first_node) * layout.gpus_per_node
+        engine.recorder.event(now, "cold_start", first_gpu, engine.model_names[model],
+                              duration_s=layout.cold_start.provision_s, detail="provision")
+        engine.recorder.event(now, "billing", first_gpu, "", detail=f"pool={layout.name} gpus=+{physical_gpus_per_node(layout)}")
+        billed = sum(1 for n in engine.nodes if n.pool == layout.index and n.billed)
+        self.peak_nodes[layout.index] = max(self.peak_nodes[layout.index], billed)
+        engine.env.process(self._bring_up(node_index, layout.cold_start.provision_s))
+
+    def _bring_up(self, node_index: int, seconds: float) -> Generator[simpy.Event, None, None]:
+        engine = self.engine
+        yield engine.env.timeout(seconds)
+        engine.nodes[node_index].up = True
+        engine.refresh_live_gpus()
+        engine.recorder.event(engine.env.now, "node_up", -1, "", detail=f"node={node_index}")
+        for model in self.booked.pop(node_index):
+            layout = self.layouts[engine.nodes[node_index].pool]
+            started = any(self._start_on(model, gpu, engine.env.now)
+                          for gpu in self._free_groups(model, layout) if gpu.node == node_index)
+            if not started:
+                self._scale_up(model, 1, engine.env.now)
+
+    def _room_left(self, node_index: int, models: list[int]) -> bool:
+        """Whether a node's GPUs hold one instance of each of ``models`` (whole GPUs each)."""
+        layout = self.layouts[self.engine.nodes[node_index].pool]
+        return sum(self._size(m) for m in models) <= layout.gpus_per_node and all(
+            self._fits_pool(m, layout) for m in models)
+
+    def _free_groups(self, model: int, layout: PoolLayout) -> list[Gpu]:
+        """First GPUs of the aligned groups of ``model``'s size on the pool's up nodes that nothing occupies."""
+        engine, size = self.engine, self._size(model)
+        gpus = engine.gpus[layout.first_gpu:layout.first_gpu + layout.gpus_per_node * layout.config.max_nodes]
+        free = []
+        for start in range(0, len(gpus) - size + 1, size):
+            group = gpus[start:start + size]
+            if all(engine.nodes[g.node].up and not g.instances for g in group):
+                if len({g.node for g in group}) == 1 or size > layout.gpus_per_node:
+                    free.append(group[0])
+        return free if self._fits_pool(model, layout) else []
+
+    def _fits_pool(self, model: int, layout: PoolLayout) -> bool:
+        gpus = self.engine.gpus[layout.first_gpu:layout.first_gpu + 1]
+        return bool(gpus) and self.engine.footprint_bytes(model, self.gpu_shares[model]) < gpus[0].capacity_bytes
+
+    def _capacity(self, model: int) -> int:
+        """The most instances of ``model`` the pools could hold, each on whole GPUs of its own."""
+        return sum(layout.config.max_nodes * layout.gpus_per_node // self._size(model) for layout in self.preference[model])
+
+    def _size(self, model: int) -> int:
+        tp, pp = self.engine.parallel[model]
+        return tp * pp
+
+    def _lead_time_s(self, model: int) -> float:
+        if not self.preference[model]:
+            return 0.0
+        layout = self.preference[model][0]
+        costs = self.engine.pool_costs[layout.index][model]
+        return expected_start_s(layout.cold_start, costs, new_node=True, gpus_per_instance=self._size(model))
+
+    def instance_ready(self, instance: Instance) -> None:
+        """A cold start is over: requests queued at the model's busier instances that have not started move to
+        it, the youngest first, until no queue is longer than the new one's by more than one. This is the
+        gateway's flow control (the inference extension holds what pods cannot take yet); without it the
+        new instance would serve only requests arriving after it is ready."""
+        engine = self.engine
+        others = [i for i in engine.instances_by_model[instance.model] if i is not instance and i.status == "ready"]
+        for other in others:
+            other.gpu.cut_window()
+        while others:
+            donor = max(others, key=lambda i: (len(i.waiting), -i.uid))
+            movable = [r for r in donor.waiting if r.first_scheduled_s != r.first_scheduled_s]  # never scheduled
+            if len(donor.waiting) <= len(instance.waiting) + 1 or not movable:
+                break
+            # The youngest by arrival, not by queue position: a policy that reorders the queue does so at each
+            # step, so the order at an instant depends on whether the GPU is fast-forwarding.
+            request = max(movable, key=lambda r: (r.arrival_s, r.id))
+            donor.release(request)
+            engine.assign(request, instance)
+        for other in others:
+            other.gpu.kick()
+
+    # -- scaling down --------------------------------------------------------------------------------
+    def _scale_down(self, model: int, count: int) -> None:
+        for models in self.booked.values():
+            while count and model in models:
+                models.remove(model)
+                count -= 1
+        engine = self.engine
+        live = [i for i in engine.instances_by_model[model] if i.status in SERVING and i not in engine.retiring]
+        starting = [i for i in live if i.status != "ready"]
+        ready = sorted((i for i in live if i.status == "ready"), key=lambda i: (i.num_requests, -i.uid))
+        for instance in (starting[::-1] + ready)[:count]:
+            engine.retiring.add(instance)
+        self._unload_emptied()
+
+    def _unload_emptied(self) -> None:
+        engine = self.engine
+        for instance in list(engine.retiring):
+            if instance.status == "gone" or instance.status == "draining":
+                engine.retiring.discard(instance)
+            elif instance.num_requests == 0:
+                engine.retiring.discard(instance)
+                engine.unload(instance, mode="recompute")
+
+    def _release_idle_nodes(self, now: float) -> None:
+        engine = self.engine
+        for layout in self.layouts:
+            for node_index in layout.node_indexes:
+                node = engine.nodes[node_index]
+                if not node.up or node_index in self.booked:
+                    continue
+                gpus = engine.gpus[layout.first_gpu + (node_index - layout.first_node) * layout.gpus_per_node:][
+                    :layout.gpus_per_node]
+                if any(g.instances for g in gpus):
+                    self.empty_since.pop(node_index, None)
+                    continue
+                since = self.empty_since.setdefault(node_index, now)
+                billed = sum(1 for n in engine.nodes if n.pool == layout.index and n.billed)
+                if now - since >= self.config.node_idle_s and billed > layout.config.min_nodes:
+                    node.release(now)
+                    self.empty_since.pop(node_index)
+                    engine.refresh_live_gpus()
+                    engine.recorder.event(now, "node_release", -1, "", detail=f"node={node_index}")
+                    engine.recorder.event(now, "billing", -1, "",
+                                          detail=f"pool={layout.name} gpus=-{physical_gpus_per_node(layout)}")
+
+    def _settled(self) -> bool:
+        return self.engine.settled() and not self.booked

@@ -1,0 +1,124 @@
+"""The cluster's hardware: node pools laid out as nodes and GPUs, each GPU with its pool's profile and price.
+
+Every node a pool may ever have exists from the start, so that GPU and node indexes never change; the
+nodes beyond a pool's ``nodes`` are down (unbilled, invisible to policies) until an autoscaler
+provisions them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import simpy
+
+from sim.engine.gpu import Gpu
+from sim.engine.transfers import Node
+from sim.errors import MmsimError
+from sim.fleet.config import ColdStart, Pool
+from sim.profile import Profile, load_profile
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class PoolLayout:
+    """Where one pool's nodes and GPUs sit in the cluster's lists, and what they are."""
+
+    index: int
+    config: Pool
+    profile: Profile
+    price_per_gpu_hour: float
+    cold_start: ColdStart
+    gpus_per_node: int  # GPUs (or MIG slices) per node
+    first_node: int
+    first_gpu: int
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def node_indexes(self) -> range:
+        return range(self.first_node, self.first_node + self.config.max_nodes)
+
+
+def pool_layouts(scenario, base_dir: Path) -> list[PoolLayout]:
+    """Each pool's profile, price and stage settings, and its place in the node and GPU lists."""
+    layouts = []
+    first_node = first_gpu = 0
+    for index, pool in enumerate(scenario.pools):
+        field = "cluster" if scenario.cluster.pools is None else f"cluster.pools.{index}"
+        try:
+            profile = load_profile(pool.profile, base_dir)
+        except MmsimError as error:
+            raise MmsimError(str(error), field=f"{field}.profile" if scenario.cluster.pools else "profile") from None
+        per_node = (pool.gpus_per_node or profile.hardware.gpu.gpus_per_node) * (pool.mig.slices_per_gpu if pool.mig else 1)
+        layouts.append(PoolLayout(index, pool, profile, pool.price(profile.name), pool.cold_start or scenario.cold_start,
+                                  per_node, first_node, first_gpu))
+        first_node += pool.max_nodes
+        first_gpu += pool.max_nodes * per_node
+    return layouts
+
+
+def build_hardware(env: simpy.Environment, scenario, layouts: list[PoolLayout]) -> tuple[list[Gpu], list[Node]]:
+    """Nodes and GPUs (or MIG slices) of every pool, with usable memory per vLLM's utilisation cap."""
+    _check_parallel(scenario, layouts)
+    usable = scenario.engine.gpu_memory_utilization
+    gpus: list[Gpu] = []
+    nodes: list[Node] = []
+    for layout in layouts:
+        slices = _slices(layout, scenario.cluster.pools is not None)
+        for n in range(layout.config.max_nodes):
+            node = Node(len(nodes), int(layout.config.host_memory_gb * GIB), layout.index, up=n < layout.config.nodes)
+            if node.up:  # a node serving from the start has every model's weights on its disk (the paper's reloads)
+                node.disk_ready_s.update({model: 0.0 for model in range(len(scenario.models))})
+            nodes.append(node)
+            for _ in range(layout.gpus_per_node // len(slices)):
+                for slice_bytes, share in slices:
+                    gpus.append(Gpu(env, len(gpus), node.index, int(slice_bytes * usable), share, layout.index))
+    return gpus, nodes
+
+
+def _slices(layout: PoolLayout, in_pools: bool) -> list[tuple[int, float]]:
+    """(memory bytes, compute share) of the devices one physical GPU of the pool is split into."""
+    pool, gpu_info = layout.config, layout.profile.hardware.gpu
+    memory = int(pool.gpu_memory_gb * GIB) if pool.gpu_memory_gb else gpu_info.memory_bytes
+    if not pool.mig:
+        return [(memory, 1.0)]
+    mig = gpu_info.mig_profiles.get(pool.mig.profile)
+    if mig is None:
+        field = f"cluster.pools.{layout.index}.mig.profile" if in_pools else "cluster.mig.profile"
+        raise MmsimError(f"profile {layout.profile.name} has no MIG profile {pool.mig.profile!r} "
+                         f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field=field)
+    return [(mig.memory_bytes, mig.compute_share)] * pool.mig.slices_per_gpu
+
+
+def _check_parallel(scenario, layouts: list[PoolLayout]) -> None:
+    """Each model's tp x pp GPUs must tile the nodes of some pool: tensor-parallel ranks within a node, groups
+    aligned. A model that tiles one pool and not another is placed only in the first."""
+    for entry in scenario.models:
+        problems = [_tiling_problem(entry, layout) for layout in layouts]
+        if all(problems):
+            raise MmsimError(str(problems[0]), field=f"models.{entry.deployment}")
+
+
+def tiles(entry, layout: PoolLayout) -> bool:
+    """Whether instances of the model ``entry`` deploys can be laid on the pool's GPUs."""
+    return _tiling_problem(entry, layout) is None
+
+
+def _tiling_problem(entry, layout: PoolLayout) -> str | None:
+    tp, size = entry.tensor_parallel, entry.tensor_parallel * entry.pipeline_parallel
+    per_node, total = layout.gpus_per_node, layout.gpus_per_node * layout.config.max_nodes
+    if size == 1:
+        return None
+    where = f" of pool {layout.name}" if layout.config.name != "default" else ""
+    if layout.config.mig:
+        return "tensor or pipeline parallelism over MIG slices is not supported"
+    if per_node % tp:
+        return f"tensor_parallel {tp} does not divide the {per_node} GPUs of a node{where}"
+    if (per_node % size if size <= per_node else size % per_node) or size > total:
+        return (f"tensor_parallel x pipeline_parallel = {size} GPUs does not tile the nodes{where} of "
+                f"{per_node} GPUs ({total} in all)")
+    return None
