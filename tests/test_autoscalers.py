@@ -109,3 +109,10 @@ def test_an_autoscaler_file_named_in_a_scenario_needs_permission(tmp_path):
     scenario.write_text(json.dumps(scenario_dict(autoscaler={"name": f"{tmp_path}/mine.py:Mine"})))
     code, output = cli("run", scenario, "--out", tmp_path / "out")
     assert code == 2 and "--allow-policy-files" in output
+
+
+def test_autoscalers_are_listed():
+    code, output = cli("autoscalers", "list")
+    assert code == 0
+    for name in ("none", "utilisation", "queue-depth", "kv-utilisation", "predictive"):
+        assert name in output

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,19 +13,11 @@ torch = pytest.importorskip("torch")
 from calibrate import bench_interconnect  # noqa: E402
 from calibrate.bench_interconnect import activation_sizes_bytes, fit_interconnect, node_interconnect  # noqa: E402
 from sim.catalogue import get_model  # noqa: E402
-from sim.cli import main  # noqa: E402
 from sim.costs import ModelCosts  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
+from test_calibrate_cli import run_cli  # noqa: E402
 
 PROFILES = Path(__file__).resolve().parents[1] / "sim" / "data" / "profiles"
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["mmsim", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 def test_the_sizes_are_the_activations_a_step_moves():

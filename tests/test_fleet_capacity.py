@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from conftest import mmsim_in_process as cli
 from conftest import wall_clock_limit
-from sim.cli import main
 from sim.errors import MmsimError
 from sim.scenario import parse_scenario
 from sim.simulation import simulate
@@ -133,21 +132,6 @@ def test_pareto_cli_writes_a_self_contained_page(three, tmp_path, capsys):
     page = (out / "pareto.html").read_text()
     assert page.count("<svg") == 1 and "queue-depth" in page and "cost per 1,000 requests" in page
     assert "<script" not in page and 'src="http' not in page and "<link" not in page
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    """Run the CLI in this process as the ``mmsim`` entry point would; (exit code, stdout, stderr)."""
-    saved = sys.argv
-    sys.argv = ["mmsim", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    finally:
-        sys.argv = saved
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("flags, message", [

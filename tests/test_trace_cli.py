@@ -10,27 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import main
+from conftest import mmsim_in_process as mmsim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / ".." / "shared" / "traces"
 AZURE = SHARED / "azure_llm_2023"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="public traces not present in ../shared/traces")
-
-
-def mmsim(capsys, *args) -> tuple[int, str, str]:
-    """Run the CLI in this process as the ``mmsim`` entry point would; (exit code, stdout, stderr)."""
-    saved = sys.argv
-    sys.argv = ["mmsim", *map(str, args)]
-    try:
-        main()
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
-    finally:
-        sys.argv = saved
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def stats_json(capsys, path) -> dict:

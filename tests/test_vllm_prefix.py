@@ -52,11 +52,12 @@ def test_ttft_with_prefix_caching_is_within_issue_20s_bound(tmp_path):
     limits = case.limits
     calibrated = subprocess.run(
         [sys.executable, "-c", "from sim.cli import main; main()", "calibrate", "--engine", "vllm", "--device", "cpu",
-         "--quick", "--config", str(config), "--models", "tiny-qwen2", "--dtype", "fp32", "--max-num-seqs",
-         str(limits.max_num_seqs), "--max-num-batched-tokens", str(limits.max_num_batched_tokens), "--out", str(profile)],
-        capture_output=True, text=True, timeout=300)
+         "--quick", "--config", str(config), "--models", "tiny-qwen2", "--dtype", "fp32",
+         "--max-num-seqs", str(limits.max_num_seqs), "--max-num-batched-tokens", str(limits.max_num_batched_tokens),
+         "--out", str(profile)], capture_output=True, text=True, timeout=300)
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
-    script = ("import json, sys; from pathlib import Path; from calibrate.vllm_prefix_ttft import TtftCase, compare_ttft; "
+    script = ("import json, sys; from pathlib import Path; "
+              "from calibrate.vllm_prefix_ttft import TtftCase, compare_ttft; "
               "print(json.dumps(compare_ttft(TtftCase(), Path(sys.argv[1]), Path(sys.argv[2]))))")
     run = subprocess.run([sys.executable, "-c", script, str(profile), str(tmp_path)], capture_output=True, text=True,
                          timeout=300)
@@ -66,9 +67,11 @@ def test_ttft_with_prefix_caching_is_within_issue_20s_bound(tmp_path):
     drift = real["engine_drift_pct"]
     print("hit rate (%): vLLM", real["hit_rate_pct"], "mmsim", simulated["hit_rate_pct"], "; TTFT errors (%):", errors,
           "; engine drift (%):", drift)
-    # Every repeat of a tenant's 512-token system prompt found (16 blocks of 32), nothing more: by hand.
-    repeats = case.prefix.tenants * (case.prefix.requests_per_tenant - 1)
-    assert real["queries"] == simulated["queries"] and simulated["hits"] == repeats * case.prefix.system_tokens
-    assert 0 < real["hits"] <= simulated["hits"] and real["preempted_requests"] == simulated["preemptions"] == 0
+    # At most every repeat of a tenant's 512-token system prompt found (16 blocks of 32), by hand; a repeat
+    # admitted in the same step as its tenant's first request finds nothing in mmsim (docs/engine.md, section 9).
+    ideal = case.prefix.tenants * (case.prefix.requests_per_tenant - 1) * case.prefix.system_tokens
+    assert real["queries"] == simulated["queries"] and real["preempted_requests"] == simulated["preemptions"] == 0
+    assert 0.9 * ideal <= simulated["hits"] <= real["hits"] <= ideal, (simulated["hits"], real["hits"], ideal)
     assert abs(cached["hit_rate_difference_pp"]) <= TARGET_PP, cached["hit_rate_difference_pp"]
-    assert abs(errors["ttft_mean_s"]) <= TTFT_BOUND_PCT + abs(drift), (errors, drift, real["figures"], simulated["figures"])
+    assert abs(errors["ttft_mean_s"]) <= TTFT_BOUND_PCT + abs(drift), (errors, drift, real["figures"],
+                                                                        simulated["figures"])

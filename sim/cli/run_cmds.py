@@ -1,4 +1,4 @@
-"""``mmsim run`` and ``mmsim policies list``."""
+"""``mmsim run``, ``mmsim policies list`` and ``mmsim autoscalers list``."""
 
 from __future__ import annotations
 
@@ -69,3 +69,16 @@ def policies_list() -> None:
     """List the built-in policies."""
     rows = [[name, text] for name, text in policy_descriptions().items()]
     console.print(table("Policies", ["name", "description"], rows))
+
+
+autoscalers_app = typer.Typer(help="Fleet autoscalers.", no_args_is_help=True)
+app.add_typer(autoscalers_app, name="autoscalers")
+
+
+@autoscalers_app.command("list")
+def autoscalers_list() -> None:
+    """List the built-in autoscalers (scenario `autoscaler.name`, or `mmsim run --autoscaler`)."""
+    from sim.fleet.autoscalers import autoscaler_descriptions
+
+    rows = [[name, text] for name, text in autoscaler_descriptions().items()]
+    console.print(table("Autoscalers", ["name", "description"], rows))

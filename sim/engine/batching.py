@@ -85,7 +85,7 @@ def admit(engine: Engine, instance: Instance, now: float, prefills: list[tuple[R
     waiting, running, prefilling = instance.waiting, instance.running, instance.prefilling
     config = engine.config
     budget = config.max_num_batched_tokens - len(running) - sum(chunk for _, chunk in prefills)
-    if waiting and engine.policy.reorders_waiting:  # the default order is FCFS: nothing to do
+    if waiting and engine.reorders_waiting:  # the default order is FCFS: nothing to do
         engine.policy.order_waiting(instance, engine.view)
     max_num_seqs, chunked, block_size = config.max_num_seqs, config.chunked_prefill, config.block_size
     while waiting and budget > 0:

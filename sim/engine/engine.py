@@ -25,9 +25,9 @@ from sim.engine.memory import fitting_tokens, reserve_bytes, shard_fractions
 from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
 from sim.engine.routing import Router
-from sim.engine.request import Request
+from sim.engine.request import NAN, Request
 from sim.engine.transfers import Node
-from sim.policies.base import HOT_HOOKS
+from sim.policies.base import Policy
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Engine:
     """Runs one scenario's requests through a cluster under one policy."""
 
     def __init__(self, env: simpy.Environment, gpus: list[Gpu], nodes: list[Node], model_names: list[str],
-                 costs: list[ModelCosts], config: EngineConfig, policy, fast: bool = True,
+                 costs: list[ModelCosts], config: EngineConfig, policy: Policy, fast: bool = True,
                  max_model_lens: list[int | None] | None = None, gpu_shares: list[float] | None = None,
                  router: Router | None = None, parallel: list[tuple[int, int]] | None = None,
                  pool_costs: list[list[ModelCosts]] | None = None, pool_first_gpus: list[int] | None = None):
@@ -70,8 +70,14 @@ class Engine:
         self.costs = costs
         self.config = config
         self.policy = policy
-        # Which per-request hooks the policy overrides; the others are not called at all.
-        self.hooks: dict[str, bool] = {hook: hook in policy.overridden_hooks for hook in HOT_HOOKS}
+        # Which per-request hooks the policy overrides; the others are not called at all. Plain attributes, not a
+        # dict: they are read for every request and step (the policy is fixed for the engine's life).
+        hooks = policy.overridden_hooks
+        self.routes_itself: bool = "route" in hooks
+        self.hooks_arrival: bool = "on_arrival" in hooks
+        self.hooks_step: bool = "on_step" in hooks
+        self.hooks_finish: bool = "on_finish" in hooks
+        self.reorders_waiting: bool = policy.reorders_waiting
         self.fast = fast
         self.pending: list[deque[Request]] = [deque() for _ in model_names]
         self.instances: list[Instance] = []
@@ -171,12 +177,12 @@ class Engine:
             return
         self.outstanding += 1
         self.arrivals_by_model[request.model] += 1
-        instance = self.policy.route(request, self.view) if self.hooks["route"] else self.router.pick(self, request)
+        instance = self.policy.route(request, self.view) if self.routes_itself else self.router.pick(self, request)
         if instance is not None:
             self.assign(request, instance)
         else:
             self.unplace(request)
-        if self.hooks["on_arrival"]:
+        if self.hooks_arrival:
             self.policy.on_arrival(request, self.view)
 
     def least_loaded(self, model: int, candidates: list[Instance] | None = None) -> Instance | None:
@@ -227,7 +233,7 @@ class Engine:
         (free blocks only shrink while a batch decodes), so skipping it changes no result."""
         gpu = instance.gpu
         step = gpu.current
-        if step is None or step.instance is not instance or self.policy.reorders_waiting:
+        if step is None or step.instance is not instance or self.reorders_waiting:
             return True
         if instance.swapped or len(instance.waiting) > 1:
             return False  # FCFS: older requests are already blocked ahead of it, or swapped ones hold it back
@@ -344,7 +350,7 @@ class Engine:
             return
         explained = request.pause_charged + charged
         request.add_loss("waiting", max(0.0, now - request.preempted_at_s - explained))
-        request.preempted_at_s = float("nan")
+        request.preempted_at_s = NAN
         request.pause_charged = 0.0
 
     # -- completion ----------------------------------------------------------------------------------
@@ -355,12 +361,12 @@ class Engine:
         request.state = "finished"
         self.recorder.request(request)
         self.outstanding -= 1
-        if self.hooks["on_finish"]:
+        if self.hooks_finish:
             self.policy.on_finish(request, instance, self.view)
         self.check_done()
 
     def after_step(self, instance: Instance) -> None:
-        if self.hooks["on_step"]:
+        if self.hooks_step:
             self.policy.on_step(instance, self.view)
 
     def settled(self) -> bool:

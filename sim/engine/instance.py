@@ -258,7 +258,7 @@ class Instance:
         That boundary changes nothing by itself when every chunk completes its prompt, nobody finishes
         there, nothing else can start there and the next decode's KV fits: it is then a boundary inside a
         window like any other (an arrival or a load still cuts the window there)."""
-        if engine.hooks["on_step"] or not self._nothing_can_start(engine, after_prefill=True):
+        if engine.hooks_step or not self._nothing_can_start(engine, after_prefill=True):
             return 0, 0, 0
         if self._may_fill_head_prefix(prefills):
             return 0, 0, 0
@@ -306,7 +306,7 @@ class Instance:
             return True  # swapped requests come back by KV room and batch size alone: they stay out too
         if self.swapped:
             return True  # and while one is out, nothing waiting starts
-        if engine.policy.reorders_waiting:
+        if engine.reorders_waiting:
             return False
         if not after_prefill:
             return True

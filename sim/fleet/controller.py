@@ -12,7 +12,9 @@ pool's ``min_nodes``. Every decision is logged as an event with the signal that 
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from operator import attrgetter
 from typing import TYPE_CHECKING, Generator
 
 import simpy
@@ -25,9 +27,11 @@ if TYPE_CHECKING:
     from sim.engine.engine import Engine
     from sim.engine.gpu import Gpu
     from sim.engine.instance import Instance
+    from sim.engine.request import Request
     from sim.fleet.hardware import PoolLayout
 
 SERVING = ("ready", "loading", "starting")
+BY_ID = attrgetter("id")
 
 
 class FleetController:
@@ -237,25 +241,46 @@ class FleetController:
 
     def instance_ready(self, instance: Instance) -> None:
         """A cold start is over: requests queued at the model's busier instances that have not started move to
-        it, the youngest first, until no queue is longer than the new one's by more than one. This is the
-        gateway's flow control (the inference extension holds what pods cannot take yet); without it the
-        new instance would serve only requests arriving after it is ready."""
+        it, the youngest first, until no queue is longer than the new one's by more than one; it serves them
+        oldest first. This is the gateway's flow control (the inference extension holds what pods cannot take
+        yet); without it the new instance would serve only requests arriving after it is ready."""
         engine = self.engine
-        others = [i for i in engine.instances_by_model[instance.model] if i is not instance and i.status == "ready"]
-        for other in others:
-            other.gpu.cut_window()
-        while others:
-            donor = max(others, key=lambda i: (len(i.waiting), -i.uid))
-            movable = [r for r in donor.waiting if r.first_scheduled_s != r.first_scheduled_s]  # never scheduled
-            if len(donor.waiting) <= len(instance.waiting) + 1 or not movable:
-                break
-            # The youngest by arrival, not by queue position: a policy that reorders the queue does so at each
-            # step, so the order at an instant depends on whether the GPU is fast-forwarding.
-            request = max(movable, key=lambda r: (r.arrival_s, r.id))
-            donor.release(request)
+        donors = [i for i in engine.instances_by_model[instance.model] if i is not instance and i.status == "ready"]
+        for donor in donors:
+            donor.gpu.cut_window()
+        # Never scheduled: it holds no KV blocks and may move. Youngest by arrival (ids follow arrival order), not
+        # by queue position: a policy that reorders its queue does so at each step, so the order at an instant
+        # depends on whether the GPU is fast-forwarding.
+        movable = {donor.uid: [r for r in donor.waiting if r.first_scheduled_s != r.first_scheduled_s] for donor in donors}
+        taking = self._shares(donors, {uid: len(queue) for uid, queue in movable.items()}, len(instance.waiting))
+        moved: list[Request] = []
+        for donor in donors:
+            count = taking[donor.uid]
+            if count:
+                leaving = heapq.nlargest(count, movable[donor.uid], key=BY_ID)
+                gone = set(map(id, leaving))
+                donor.waiting = deque(r for r in donor.waiting if id(r) not in gone)
+                moved += leaving
+        for request in sorted(moved, key=BY_ID):
             engine.assign(request, instance)
-        for other in others:
-            other.gpu.kick()
+        for donor in donors:
+            donor.gpu.kick()
+
+    @staticmethod
+    def _shares(donors: list[Instance], movable: dict[int, int], receiving: int) -> dict[int, int]:
+        """How many requests each donor gives: one at a time from the longest queue (the oldest instance on a
+        tie), until it is no longer than the receiving queue by more than one or has nothing that may move."""
+        taking = {donor.uid: 0 for donor in donors}
+        longest = [(-len(donor.waiting), donor.uid) for donor in donors]
+        heapq.heapify(longest)
+        while longest:
+            length, uid = -longest[0][0], longest[0][1]
+            if length <= receiving + 1 or taking[uid] == movable[uid]:
+                break
+            taking[uid] += 1
+            receiving += 1
+            heapq.heapreplace(longest, (-(length - 1), uid))
+        return taking
 
     # -- scaling down --------------------------------------------------------------------------------
     def _scale_down(self, model: int, count: int) -> None:

@@ -66,12 +66,9 @@ class Policy:
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **params: Any) -> None:
-        unknown = set(params) - set(self.param_defaults())
-        if unknown:
-            raise ValueError(f"unknown parameter(s) {', '.join(sorted(unknown))}; "
-                             f"{self.name or type(self).__name__} takes {', '.join(self.param_defaults()) or 'none'}")
-        for key, default in self.param_defaults().items():
-            setattr(self, key, params.get(key, default))
+        from sim.policies.registry import apply_params  # the registry imports the built-ins, which import this
+
+        apply_params(self, params)
 
     @classmethod
     def param_defaults(cls) -> dict[str, Any]:

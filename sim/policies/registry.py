@@ -121,12 +121,17 @@ def check_params(cls: type, params: dict, section: str = "policy") -> None:
 
 
 def make_policy(spec: str, params: dict | None = None):
+    from sim.policies.base import Policy
+
     cls = get_policy_class(spec)
     check_params(cls, params or {})
     try:
-        return cls(**(params or {}))
+        policy = cls(**(params or {}))
     except (TypeError, ValueError) as error:
         raise MmsimError(f"bad parameters for policy {spec!r}: {error}") from None
+    if not isinstance(policy, Policy):  # the engine calls its hooks as a Policy's (compiled, they are typed)
+        raise MmsimError(f"policy {spec!r} is not a subclass of sim.policies.base.Policy", field="policy.name")
+    return policy
 
 
 def policy_descriptions() -> dict[str, str]:
