@@ -160,3 +160,17 @@ def test_same_seed_same_fleet_and_fast_equals_exact():
     assert_same_times(first.requests, exact.requests, ("first_scheduled_s", "first_token_s", "finish_s"))
     assert first.summary["fleet"]["cold_starts"] == exact.summary["fleet"]["cold_starts"] == 1
     assert first.summary["fleet"]["gpu_hours"] == pytest.approx(exact.summary["fleet"]["gpu_hours"], rel=1e-9)
+
+
+@pytest.mark.parametrize("queues, receiving, expected", [
+    ([(8000, 8000)] * 16, 0, [471] * 16),  # level 7,529: 16 x 471 = 7,536 queued at the new instance
+    ([(10, 10), (3, 3)], 0, [5, 0]),  # 5 and 3 stay, 5 move: none longer than the new queue by more than one
+    ([(10, 2), (9, 9)], 0, [2, 3]),  # the first may move only 2; the second gives 3 (queues 8, 6 and 5)
+    ([(5, 5)], 0, [2]),
+    ([(1, 1)], 0, [0]),
+    ([(6, 6)], 4, [1]),
+])
+def test_a_new_instance_takes_queued_requests_until_the_queues_are_even(queues, receiving, expected):
+    from sim.fleet.controller import _shares
+
+    assert _shares(queues, receiving) == expected

@@ -12,7 +12,6 @@ pool's ``min_nodes``. Every decision is logged as an event with the signal that 
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from operator import attrgetter
 from typing import TYPE_CHECKING, Generator
@@ -252,35 +251,23 @@ class FleetController:
         # by queue position: a policy that reorders its queue does so at each step, so the order at an instant
         # depends on whether the GPU is fast-forwarding.
         movable = {donor.uid: [r for r in donor.waiting if r.first_scheduled_s != r.first_scheduled_s] for donor in donors}
-        taking = self._shares(donors, {uid: len(queue) for uid, queue in movable.items()}, len(instance.waiting))
+        taking = _shares([(len(d.waiting), len(movable[d.uid])) for d in donors], len(instance.waiting))
+        lengths_after = {d.uid: len(d.waiting) - count for d, count in zip(donors, taking)}
         moved: list[Request] = []
-        for donor in donors:
-            count = taking[donor.uid]
+        for donor, count in zip(donors, taking):
             if count:
-                leaving = heapq.nlargest(count, movable[donor.uid], key=BY_ID)
+                leaving = sorted(movable[donor.uid], key=BY_ID)[-count:]
                 gone = set(map(id, leaving))
-                donor.waiting = deque(r for r in donor.waiting if id(r) not in gone)
+                waiting = donor.waiting
+                while waiting and id(waiting[-1]) in gone and len(waiting) > lengths_after[donor.uid]:
+                    waiting.pop()  # the youngest usually queue last: off the end, without a pass over the rest
+                if len(waiting) > lengths_after[donor.uid]:
+                    donor.waiting = deque(r for r in waiting if id(r) not in gone)
                 moved += leaving
         for request in sorted(moved, key=BY_ID):
             engine.assign(request, instance)
         for donor in donors:
             donor.gpu.kick()
-
-    @staticmethod
-    def _shares(donors: list[Instance], movable: dict[int, int], receiving: int) -> dict[int, int]:
-        """How many requests each donor gives: one at a time from the longest queue (the oldest instance on a
-        tie), until it is no longer than the receiving queue by more than one or has nothing that may move."""
-        taking = {donor.uid: 0 for donor in donors}
-        longest = [(-len(donor.waiting), donor.uid) for donor in donors]
-        heapq.heapify(longest)
-        while longest:
-            length, uid = -longest[0][0], longest[0][1]
-            if length <= receiving + 1 or taking[uid] == movable[uid]:
-                break
-            taking[uid] += 1
-            receiving += 1
-            heapq.heapreplace(longest, (-(length - 1), uid))
-        return taking
 
     # -- scaling down --------------------------------------------------------------------------------
     def _scale_down(self, model: int, count: int) -> None:
@@ -329,3 +316,22 @@ class FleetController:
 
     def _settled(self) -> bool:
         return self.engine.settled() and not self.booked
+
+
+def _shares(queues: list[tuple[int, int]], receiving: int) -> list[int]:
+    """How many requests each donor (its queue length, and how many of them may move) gives a receiving queue
+    of ``receiving``: down to a common level T, the highest at which the receiving queue, grown by what the
+    donors above T give (each at most what it may move), is at least T - 1 long. No donor is then more than
+    one longer than the receiving queue unless nothing more of it may move. Found by bisection: O(donors x
+    log(queue length)), however many requests move."""
+    def given(level: int) -> int:
+        return sum(min(movable, max(0, length - level)) for length, movable in queues)
+
+    low, high = 0, max((length for length, _ in queues), default=0)
+    while low < high:
+        level = (low + high + 1) // 2
+        if receiving + given(level) >= level - 1:
+            low = level
+        else:
+            high = level - 1
+    return [min(movable, max(0, length - low)) for length, movable in queues]
