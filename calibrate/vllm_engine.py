@@ -65,7 +65,7 @@ class EngineLimits:
     max_num_batched_tokens: int = 2048
     block_size: int = 32
     max_model_len: int = 4096
-    kv_cache_gib: float = 1.0  # VLLM_CPU_KVCACHE_SPACE on the CPU
+    kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE on the CPU: whole GiB
     gpu_memory_utilization: float = 0.9  # on a GPU
     threads: int = 1  # OMP threads on the CPU (two threads stalled small GEMMs on a 2-core machine)
 

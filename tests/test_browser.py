@@ -176,16 +176,21 @@ def prefix_report(tmp_path_factory):
     return out
 
 
-def test_prefix_section_is_shown_without_script_errors(prefix_report, tmp_path):
-    page = prefix_report.read_text(encoding="utf-8")
+def probe_section(report_path, probe: str, tmp_path) -> dict:
+    """What ``probe`` (a script put first in the report's ``<head>``) measured, with the report in headless Chromium."""
+    page = report_path.read_text(encoding="utf-8")
     assert page.count("<head>") == 1
     probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("<head>", "<head>" + PREFIX_PROBE), encoding="utf-8")
+    probed.write_text(page.replace("<head>", "<head>" + probe), encoding="utf-8")
     dom = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probed.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     found = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
     assert found, "the probe wrote no measurement: " + dom[-500:]
-    seen = json.loads(html.unescape(found.group(1)))
+    return json.loads(html.unescape(found.group(1)))
+
+
+def test_prefix_section_is_shown_without_script_errors(prefix_report, tmp_path):
+    seen = probe_section(prefix_report, PREFIX_PROBE, tmp_path)
     assert seen["errors"] == []
     hit_rate, ttft = seen["panels"]  # the section exists with its two figures, in this order
     assert "prompt tokens from cache (%)" in hit_rate["text"] and "mean TTFT (s)" in ttft["text"]

@@ -60,7 +60,9 @@ def test_missing_torch_says_how_to_install(monkeypatch, capsys):
 
 def test_bad_options_are_user_errors(monkeypatch, capsys):
     for args, message in ((["--device", "tpu"], "expected cpu"), (["--device", "cpu", "--dtype", "q4"], "dtypes"),
-                          (["--device", "cpu", "--models", "nope"], "unknown model")):
+                          (["--device", "cpu", "--models", "nope"], "unknown model"),
+                          # vLLM's CPU KV pool is whole GiB: a fraction is refused here, not deep inside vLLM
+                          (["--engine", "vllm", "--device", "cpu", "--kv-cache-gib", "0.125"], "--kv-cache-gib")):
         code, _, err = run_cli(monkeypatch, capsys, "calibrate", *args)
         assert code == 2 and message in err
 

@@ -3,11 +3,6 @@ Chromium with both figures on screen and no script errors."""
 
 from __future__ import annotations
 
-import html
-import json
-import re
-import subprocess
-
 import pytest
 import yaml
 
@@ -16,7 +11,7 @@ from sim.reports.data import by_policy, load_run
 from sim.reports.fleet import billed_gpus, cost_to_date
 
 from conftest import wall_clock_limit
-from test_browser import FLAGS, PREFIX_PROBE, chromium
+from test_browser import PREFIX_PROBE, probe_section
 
 SCENARIO = {
     "name": "fleet-report", "seed": 2, "profile": "h100-sxm",
@@ -62,14 +57,7 @@ def test_cost_over_time_adds_up_to_what_the_run_billed(fleet_report):
 
 def test_fleet_section_is_shown_without_script_errors(fleet_report, tmp_path):
     report, _ = fleet_report
-    page = report.read_text(encoding="utf-8")
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("<head>", "<head>" + FLEET_PROBE), encoding="utf-8")
-    dom = subprocess.run([chromium(), *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", probed.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
-    found = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
-    assert found, "the probe wrote no measurement: " + dom[-500:]
-    seen = json.loads(html.unescape(found.group(1)))
+    seen = probe_section(report, FLEET_PROBE, tmp_path)
     assert seen["errors"] == []
     billed, spent = seen["panels"]
     assert "GPUs billed" in billed["text"] and "US$ spent to date" in spent["text"]

@@ -40,7 +40,8 @@ def calibrate(
     max_num_seqs: int = typer.Option(16, "--max-num-seqs", min=1, help="with --engine vllm: the engine's batch limit"),
     max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", min=16, help="with --engine vllm"),
     block_size: int = typer.Option(32, "--block-size", min=1, help="with --engine vllm (a multiple of 32 on the CPU)"),
-    kv_cache_gib: float = typer.Option(1.0, "--kv-cache-gib", min=0.01, help="with --engine vllm on the CPU: KV pool"),
+    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", min=1, max=1024, help="with --engine vllm on the CPU: KV pool "
+                                     "in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE takes no fractions)"),
 ) -> None:
     """Measure a GPU (or the CPU), or a real vLLM engine on it, and write a profile that `mmsim run` can use."""
     if ctx.invoked_subcommand is not None:

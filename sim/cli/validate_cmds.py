@@ -39,7 +39,7 @@ def vllm(
     max_num_seqs: int = typer.Option(16, "--max-num-seqs", min=1, help="for a trace (a scenario's engine section wins)"),
     max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", min=16),
     block_size: int = typer.Option(32, "--block-size", min=1),
-    kv_cache_gib: float = typer.Option(1.0, "--kv-cache-gib", min=0.01),
+    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", min=1, max=1024, help="KV pool in whole GiB (vLLM on the CPU)"),
     threads: int = typer.Option(1, "--threads", min=1, help="OMP threads of the CPU engine"),
     out: Path = typer.Option(None, "--out", help="folder for validation.json and validation.html"),
     max_error: float = typer.Option(None, "--max-error", min=0, help="exit 1 when any |error| exceeds PCT percent"),
