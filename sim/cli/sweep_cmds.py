@@ -204,11 +204,16 @@ def _autoscaler_names(text: str | None) -> list[str]:
     return names
 
 
-def _write_json(out: Path | None, name: str, data: dict) -> None:
+def _save_answers(out: Path | None, data: dict, as_json: bool) -> bool:
+    """Write the search's answers as ``capacity.json`` into ``out`` (if given) and print them as JSON if asked;
+    True when printed (nothing else is to be shown)."""
     from sim.results import atomic_write
 
     if out is not None:
-        atomic_write(Path(out) / name, lambda p: Path(p).write_text(json.dumps(data, indent=1)))
+        atomic_write(Path(out) / "capacity.json", lambda p: Path(p).write_text(json.dumps(data, indent=1)))
+    if as_json:
+        print_json(data)
+    return as_json
 
 
 def _load_search(scenario: Path, names: list[str], slo_target: float, seed_values: list[int], bracket: tuple,
@@ -219,9 +224,7 @@ def _load_search(scenario: Path, names: list[str], slo_target: float, seed_value
     query = CapacityQuery(names, slo_target, seed_values, low, high, tolerance, gpus_for_load, max_gpus)
     answers = plan_capacity(scenario, query, **backend)
     data = {"scenario": str(scenario), "query": asdict(query), "policies": [asdict(a) for a in answers]}
-    _write_json(out, "capacity.json", data)
-    if as_json:
-        print_json(data)
+    if _save_answers(out, data, as_json):
         return
     rows = []
     for a in answers:
@@ -244,9 +247,7 @@ def _cheapest_fleet(scenario: Path, names: list[str], slo_target: float, seed_va
     query = FleetQuery(names, slo_target, seed_values, 1.0 if load is None else load, max_mixes or DEFAULT_MAX_MIXES)
     answers = plan_fleet(scenario, query, **backend)
     data = {"scenario": str(scenario), "query": asdict(query), "fleet": [asdict(a) for a in answers]}
-    _write_json(out, "capacity.json", data)
-    if as_json:
-        print_json(data)
+    if _save_answers(out, data, as_json):
         return
     rows = []
     for a in answers:

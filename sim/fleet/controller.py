@@ -202,10 +202,10 @@ class FleetController:
                 self._scale_up(model, 1, engine.env.now)
 
     def _room_left(self, node_index: int, models: list[int]) -> bool:
-        """Whether a node's GPUs hold one instance of each of ``models`` (whole GPUs each)."""
+        """Whether a node's GPUs hold one instance of each of ``models`` (whole GPUs each; the pools a model
+        is offered, its placement order, are those whose GPUs its footprint fits)."""
         layout = self.layouts[self.engine.nodes[node_index].pool]
-        return sum(self._size(m) for m in models) <= layout.gpus_per_node and all(
-            self._fits_pool(m, layout) for m in models)
+        return sum(self._size(m) for m in models) <= layout.gpus_per_node
 
     def _free_groups(self, model: int, layout: PoolLayout) -> list[Gpu]:
         """First GPUs of the aligned groups of ``model``'s size on the pool's up nodes that nothing occupies."""
@@ -217,11 +217,7 @@ class FleetController:
             if all(engine.nodes[g.node].up and not g.instances for g in group):
                 if len({g.node for g in group}) == 1 or size > layout.gpus_per_node:
                     free.append(group[0])
-        return free if self._fits_pool(model, layout) else []
-
-    def _fits_pool(self, model: int, layout: PoolLayout) -> bool:
-        gpus = self.engine.gpus[layout.first_gpu:layout.first_gpu + 1]
-        return bool(gpus) and self.engine.footprint_bytes(model, self.gpu_shares[model]) < gpus[0].capacity_bytes
+        return free
 
     def _capacity(self, model: int) -> int:
         """The most instances of ``model`` the pools could hold, each on whole GPUs of its own."""
