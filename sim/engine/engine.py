@@ -186,15 +186,12 @@ class Engine:
             self.policy.on_arrival(request, self.view)
 
     def least_loaded(self, model: int, candidates: list[Instance] | None = None) -> Instance | None:
-        """The default route: the ready or loading instance of ``model`` (among ``candidates``, if given)
-        holding the fewest requests, the oldest on a tie."""
+        """The default route: the routable instance of ``model`` (among ``candidates``, if given) holding the
+        fewest requests, the oldest on a tie."""
         best: Instance | None = None
         best_held = 0
-        retiring = self.retiring
         for instance in self.instances_by_model[model] if candidates is None else candidates:
-            if instance.status != "ready" and instance.status != "loading":
-                continue
-            if retiring and instance in retiring:
+            if not self.routable(instance):
                 continue
             held = instance.num_requests
             # Instances are listed oldest first, so the first of the fewest held is the oldest on a tie.
