@@ -32,6 +32,7 @@ COMPILED_MODULES = [
     "sim/engine/request.py",
     "sim/engine/residency.py",
     "sim/engine/routing.py",
+    "sim/engine/sampler.py",
     "sim/engine/step.py",
     "sim/engine/transfers.py",
     # The built-in policies' hooks run for every request: compiled with the engine, they cost what its own code

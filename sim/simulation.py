@@ -17,6 +17,7 @@ from sim.costs import ModelCosts
 from sim.engine import arrivals
 from sim.engine.engine import Engine, EngineConfig
 from sim.engine.routing import Router
+from sim.engine.sampler import Sampler
 from sim.errors import MmsimError
 from sim.fleet.hardware import build_hardware, pool_layouts
 from sim.fleet.placement import pool_preference
@@ -60,22 +61,6 @@ class RunResult:
     @cached_property
     def timeseries(self) -> pd.DataFrame:
         return self.tables.samples.frame()
-
-
-def _stalled(engine: Engine) -> bool:
-    return engine.arrivals_done and engine.settled()
-
-
-def _sampler(env: simpy.Environment, engine: Engine, interval_s: float):
-    """Periodic samples of memory, queues and utilisation per GPU and model."""
-    busy_before_s = [0.0] * len(engine.gpus)
-    while not engine.all_done.triggered:
-        yield env.timeout(interval_s)
-        engine.recorder.sample_gpus(env.now, engine.gpus, busy_before_s, interval_s)
-        engine.recorder.sample_pending(env.now, engine.pending)
-        engine.progress.check(env.now)
-        if _stalled(engine) and not env._queue:
-            return  # nothing left that could run: let the run end (policy timers still pending keep it going)
 
 
 def _drop_leftovers(engine: Engine) -> None:
@@ -131,7 +116,7 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     engine.policy.setup(engine.view)
     _start_autoscaler(env, engine, scenario, layouts)
     stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
-    env.process(_sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario)))
+    Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario))
     with _few_collections():
         arrivals.run(env, engine, stream)
     _drop_leftovers(engine)

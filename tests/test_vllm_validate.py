@@ -18,9 +18,11 @@ from calibrate.vllm_probes import QUICK
 from sim.cli import main
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-# Bounds for one mid-load level of 30 requests on a shared 2-core machine, widened by the engine's measured
-# drift from its calibration (the same steps priced by the profile and rerun before the replay: it moved by
-# up to ~15% between runs here). The benchmark's targets are tighter: benchmarks/vllm_validate.py.
+# Bounds for one mid-load level of 30 requests on a shared 2-core machine, widened by how far the engine's
+# speed moved from its calibration: the larger of its drift (the same steps priced by the profile and rerun
+# before the replay) and the replay's own steps against the profile's prices of them. Both measure the
+# machine, not the simulator (they moved by up to ~15% between runs here); an error of the batching model
+# or the fit still fails. The benchmark's targets are tighter: benchmarks/vllm_validate.py.
 BOUNDS_PCT = {"e2e_mean_s": 15, "ttft_mean_s": 30, "throughput_tokens_per_s": 8}
 
 
@@ -90,8 +92,10 @@ def test_a_small_real_validation_is_within_bounds(tmp_path):
     assert "<svg" in (out / "validation.html").read_text()
     level = result["levels"][0]
     assert level["requests"] == requests and len(level["per_request"]["real_e2e_s"]) == requests
-    errors, drift = level["errors_pct"], result["engine_drift_pct"]
-    print("validation errors (%):", errors, "engine drift (%):", drift)
+    errors = level["errors_pct"]
+    drift = max(abs(result["engine_drift_pct"]), abs(level["steps_vs_profile_pct"] or 0.0))
+    print("validation errors (%):", errors, "engine drift (%):", result["engine_drift_pct"],
+          "replay steps vs profile (%):", level["steps_vs_profile_pct"])
     for metric, bound in BOUNDS_PCT.items():
-        assert abs(errors[metric]) <= bound + abs(drift), (metric, errors[metric], drift, level["real"][metric],
+        assert abs(errors[metric]) <= bound + drift, (metric, errors[metric], drift, level["real"][metric],
                                                           level["simulated"][metric])

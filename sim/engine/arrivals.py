@@ -9,7 +9,6 @@ sees them (the rule fast-forward and per-iteration modes share).
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any, Callable, Final, Iterable, Iterator
 
@@ -18,14 +17,13 @@ import simpy
 from simpy.core import EmptySchedule, StopSimulation
 
 from sim.engine.engine import Engine
-from sim.engine.gpu import Gpu
+from sim.engine.events import AgendaEntry, simpy_event_first
 from sim.engine.request import Request
 
 # Final: compiled, a module's other globals are looked up in its dict at every use.
 INF: Final = math.inf
 SAME_INSTANT_EVENTS: Final = 2_000_000
 """Events processed between two looks at the clock; a clock that has not moved in that many is a livelock."""
-HEAPPOP: Final = heapq.heappop
 
 
 class ArrivalStream:
@@ -120,27 +118,36 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
     nothing is left that could make progress.
 
     This is ``Environment.run(until=engine.all_done)`` with the arrival stream merged in; moving
-    the clock to an arrival sets SimPy's ``_now`` (the GPU loops read it). The GPU loops' entries in the
-    event queue are not SimPy events (:mod:`sim.engine.events`): their GPU takes them from here."""
+    the clock to an arrival sets SimPy's ``_now`` (the GPU loops read it). The engine's agenda (the GPU loops'
+    step ends, the sampler's samples: :mod:`sim.engine.events`) is merged in the same way, in SimPy's order."""
     queue: list[Any] = env._queue
+    agenda = engine.agenda
     engine.all_done.callbacks.append(StopSimulation.callback)
     steps, instant = 0, -1.0
     try:
         while True:
             entry: tuple[float, int, int, object] | None = queue[0] if queue else None
-            if entry is None or arrivals.next_time <= entry[0]:
+            due: AgendaEntry | None = agenda.heap[0] if agenda.heap else None
+            simpy_next = entry is not None and (due is None or simpy_event_first(entry, due))
+            next_s = INF
+            if simpy_next:
+                assert entry is not None
+                next_s = entry[0]
+            elif due is not None:
+                next_s = due.due_s
+            if arrivals.next_time <= next_s:
                 if arrivals.next_time == INF:
                     return
                 env._now = arrivals.next_time
                 arrivals.release()
             else:
-                owner = entry[3]
-                if isinstance(owner, Gpu):
-                    HEAPPOP(queue)
-                    env._now = entry[0]
-                    owner.entry_due(entry[2])
-                else:
+                if simpy_next:
                     env.step()
+                else:
+                    agenda.pop()
+                    env._now = next_s
+                    assert due is not None
+                    due.entry_due()
                 steps += 1
                 if steps >= SAME_INSTANT_EVENTS:
                     # Millions of events without the clock moving: a loop of decisions that take no time.

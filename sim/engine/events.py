@@ -1,36 +1,116 @@
-"""SimPy's event queue, used directly: entries that are not SimPy events, and processing an event on the spot.
+"""The engine's own agenda beside SimPy's event queue, and processing a SimPy event on the spot.
 
-A GPU step's end costs one queue entry and no SimPy event: the entry's event is the GPU itself, which
-:func:`sim.engine.arrivals.run` hands the entry to (a SimPy event and its callback list, made every step,
-cost more than the step's own bookkeeping). The entry is SimPy's own (time, priority, event id), so it is
-ordered among SimPy's events exactly as an event scheduled there would be.
+A GPU's step end and the sampler's next sample are not SimPy events: each such owner has at most one due
+time, kept in :class:`Agenda`, a binary heap of the owners themselves keyed by (time, event id). A SimPy
+event, its callback list and a queue tuple made every step cost more than the step's own bookkeeping; and
+when a fast-forward window is cut short, its owner's entry moves in place instead of leaving a stale tuple
+in SimPy's queue to be popped and passed over later. The event ids are drawn from SimPy's own counter, so
+:func:`sim.engine.arrivals.run` orders the agenda among SimPy's events exactly as SimPy would order
+NORMAL-priority events scheduled at the same moments.
 """
 
 from __future__ import annotations
 
-import heapq
 from typing import Any, Callable, Final
 
 import simpy
 from simpy.core import NORMAL
 
 NORMAL_PRIORITY: Final = NORMAL  # Final: compiled, other globals are looked up in the module's dict at every use
-HEAPPUSH: Final = heapq.heappush
 
 
-class EntryQueue:
-    """An environment's event queue and event ids, held for the entries of one owner."""
+class AgendaEntry:
+    """Something with at most one due time on the agenda: ``entry_due`` runs when it comes."""
+
+    def __init__(self) -> None:
+        self.due_s = 0.0
+        self.due_eid = -1
+        self.slot = -1  # its place in the agenda's heap; -1: nothing due
+
+    def entry_due(self) -> None:
+        raise NotImplementedError
+
+
+def _before(a: AgendaEntry, b: AgendaEntry) -> bool:
+    return a.due_s < b.due_s or (a.due_s == b.due_s and a.due_eid < b.due_eid)
+
+
+class Agenda:
+    """The due entries of one environment, earliest (then lowest event id) first."""
 
     def __init__(self, env: simpy.Environment):
-        self.queue: list[Any] = env._queue
+        self.heap: list[AgendaEntry] = []
         self.next_eid: Callable[[], int] = env._eid.__next__  # not next(...): compiled, a builtins lookup each call
 
-    def schedule(self, at_s: float, owner: object) -> int:
-        """Queue an entry for ``owner`` at ``at_s``, at SimPy's NORMAL priority (as a Timeout's); returns its event
-        id, which tells this entry from the owner's earlier ones."""
-        eid = self.next_eid()
-        HEAPPUSH(self.queue, (at_s, NORMAL_PRIORITY, eid, owner))
-        return eid
+    def schedule(self, entry: AgendaEntry, at_s: float) -> None:
+        """Make ``entry`` due at ``at_s`` (instead of any time it was due at), after every SimPy event and agenda
+        entry scheduled before now for the same time, as a Timeout scheduled now would be."""
+        entry.due_s = at_s
+        entry.due_eid = self.next_eid()
+        if entry.slot < 0:
+            entry.slot = len(self.heap)
+            self.heap.append(entry)
+            self._sift_up(entry.slot)
+        else:
+            self._sift_down(self._sift_up(entry.slot))
+
+    def pop(self) -> AgendaEntry:
+        """Take the first entry off the agenda (there must be one)."""
+        first = self.heap[0]
+        self._remove(0)
+        return first
+
+    def _remove(self, slot: int) -> None:
+        heap = self.heap
+        gone, last = heap[slot], heap.pop()
+        gone.slot = -1
+        if last is not gone:
+            heap[slot] = last
+            last.slot = slot
+            self._sift_down(self._sift_up(slot))
+
+    def _sift_up(self, slot: int) -> int:
+        heap = self.heap
+        entry = heap[slot]
+        while slot > 0:
+            parent = (slot - 1) >> 1
+            above = heap[parent]
+            if not _before(entry, above):
+                break
+            heap[slot] = above
+            above.slot = slot
+            slot = parent
+        heap[slot] = entry
+        entry.slot = slot
+        return slot
+
+    def _sift_down(self, slot: int) -> None:
+        heap = self.heap
+        size, entry = len(heap), heap[slot]
+        while True:
+            child = 2 * slot + 1
+            if child >= size:
+                break
+            if child + 1 < size and _before(heap[child + 1], heap[child]):
+                child += 1
+            below = heap[child]
+            if not _before(below, entry):
+                break
+            heap[slot] = below
+            below.slot = slot
+            slot = child
+        heap[slot] = entry
+        entry.slot = slot
+
+
+def simpy_event_first(entry: tuple[float, int, int, Any], due: AgendaEntry) -> bool:
+    """Whether SimPy's queue entry ``entry`` comes before the agenda's entry ``due``: SimPy's order, the agenda's
+    entries counting as NORMAL-priority events."""
+    at_s = entry[0]
+    if at_s != due.due_s:
+        return at_s < due.due_s
+    priority = entry[1]
+    return priority < NORMAL_PRIORITY or (priority == NORMAL_PRIORITY and entry[2] < due.due_eid)
 
 
 def process_now(event: simpy.Event) -> None:

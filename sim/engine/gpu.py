@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from sim.engine.events import EntryQueue, process_now
+from sim.engine.events import Agenda, AgendaEntry, process_now
 from sim.engine.instance import Instance
 from sim.engine.step import Step
 
@@ -22,11 +22,15 @@ if TYPE_CHECKING:
     from sim.engine.engine import Engine
 
 
-class Gpu:
-    """One GPU's memory and its execution loop."""
+class Gpu(AgendaEntry):
+    """One GPU's memory and its execution loop: its due time on the agenda is its running step's end (or a
+    wake-up of its idle loop)."""
+
+    _agenda: Agenda  # the engine's, from start()
 
     def __init__(self, env: simpy.Environment, index: int, node: int, capacity_bytes: int, compute_share: float = 1.0,
                  pool: int = 0):
+        super().__init__()
         self.env = env
         self.index = index
         self.node = node
@@ -37,8 +41,6 @@ class Gpu:
         self.busy_s = 0.0
         self.current: Step | None = None
         self.idle = True  # nothing to run: the next kick starts a step
-        self._entries = EntryQueue(env)
-        self._entry = -1  # event id of this GPU's live queue entry (the running step's end, or a wake-up); -1: none
         self._done: simpy.Event | None = None  # what a SimPy process waits on for the running step's end
         self._turn = 0
         self.blocked: set[Instance] = set()
@@ -111,7 +113,7 @@ class Gpu:
         if self.idle:
             # Woken by an event of its own, after whatever else happens at this instant (e.g. more arrivals).
             self.idle = False
-            self._entry = self._entries.schedule(self.env._now, self)
+            self._agenda.schedule(self, self.env._now)
         elif self.current is not None and self.current.iterations > 1:
             self.cut_window()
 
@@ -146,8 +148,7 @@ class Gpu:
         if step is None or step.iterations <= 1:
             return
         step.iterations = 1
-        # The end moves earlier: a new entry, and the old one, when it comes due later, is passed over.
-        self._entry = self._entries.schedule(now + max(step.start_s + step.elapsed_s(1) - now, 0.0), self)
+        self._agenda.schedule(self, now + max(step.start_s + step.elapsed_s(1) - now, 0.0))  # the end moves earlier
 
     def _next_instance(self) -> Instance | None:
         if len(self.instances) == 1:
@@ -162,10 +163,11 @@ class Gpu:
     def start(self, engine: Engine) -> None:
         """Attach the GPU's loop to ``engine``; it idles until the first kick.
 
-        The loop (pick an instance, run its step, apply it when its time is up, repeat) is a chain of
-        event-queue entries rather than a SimPy process: one entry per step (see :mod:`sim.engine.events`)
-        instead of a generator resumed through the process machinery, on the hottest path of a run."""
+        The loop (pick an instance, run its step, apply it when its time is up, repeat) is a chain of due times
+        on the engine's agenda rather than a SimPy process: one per step (see :mod:`sim.engine.events`) instead
+        of a generator resumed through the process machinery, on the hottest path of a run."""
         self._engine = engine
+        self._agenda = engine.agenda
 
     def _next_step(self, now: float) -> None:
         engine = self._engine
@@ -183,14 +185,10 @@ class Gpu:
         self.settle_idle_cache(instance)  # the step's allocations took free blocks
         step.start_s = now
         self.current = step
-        self._entry = self._entries.schedule(now + max(step.elapsed_s(step.iterations), 0.0), self)
+        self._agenda.schedule(self, now + max(step.elapsed_s(step.iterations), 0.0))
 
-    def entry_due(self, eid: int) -> None:
-        """This GPU's queue entry ``eid`` came due (SimPy's clock stands at its time): its running step ends, or
-        an idle loop wakes up; unless a later entry replaced it (a cut window's first end)."""
-        if eid != self._entry:
-            return
-        self._entry = -1
+    def entry_due(self) -> None:
+        """This GPU's due time came (SimPy's clock stands at it): its running step ends, or its idle loop wakes up."""
         if self.current is None:
             self._next_step(self.env._now)
         else:

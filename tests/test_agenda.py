@@ -1,0 +1,78 @@
+"""The engine's agenda (GPU step ends, samples) merged with SimPy's queue comes out in exactly the order SimPy
+itself would process the same entries as Timeouts, moves included (a moved entry's old Timeout passed over)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import simpy
+
+from sim.engine.events import Agenda, AgendaEntry, simpy_event_first
+
+
+class Owner(AgendaEntry):
+    def __init__(self, name: str, log: list[str]):
+        super().__init__()
+        self.name, self.log = name, log
+
+    def entry_due(self) -> None:
+        self.log.append(self.name)
+
+
+def plan(seed: int) -> list[tuple[str, str, float]]:
+    """Random operations in schedule order: ('simpy', name, t), ('agenda', owner, t); times with many ties."""
+    rng = random.Random(seed)
+    return [(rng.choice(("simpy", "agenda")), f"o{rng.randrange(6)}", float(rng.randrange(8)))
+            for _ in range(rng.randrange(1, 40))]
+
+
+def through_agenda(operations: list[tuple[str, str, float]]) -> list[str]:
+    env, log = simpy.Environment(), []
+    agenda = Agenda(env)
+    owners: dict[str, Owner] = {}
+    for k, (kind, name, at_s) in enumerate(operations):
+        if kind == "simpy":
+            env.timeout(at_s).callbacks.append(lambda _, k=k: log.append(f"s{k}"))
+        else:
+            owner = owners.setdefault(name, Owner(name, log))
+            agenda.schedule(owner, at_s)  # moves it if it was due already
+    while env._queue or agenda.heap:
+        due = agenda.heap[0] if agenda.heap else None
+        if env._queue and (due is None or simpy_event_first(env._queue[0], due)):
+            env.step()
+        else:
+            agenda.pop().entry_due()
+    return log
+
+
+def through_simpy(operations: list[tuple[str, str, float]]) -> list[str]:
+    """The reference: every entry a SimPy Timeout; an owner's earlier Timeout is stale once it is rescheduled."""
+    env, log, live = simpy.Environment(), [], {}
+    for k, (kind, name, at_s) in enumerate(operations):
+        if kind == "simpy":
+            env.timeout(at_s).callbacks.append(lambda _, k=k: log.append(f"s{k}"))
+        else:
+            live[name] = k
+
+            def fire(_, name=name, k=k):
+                if live.get(name) == k:
+                    del live[name]
+                    log.append(name)
+            env.timeout(at_s).callbacks.append(fire)
+    env.run()
+    return log
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_agenda_keeps_simpys_order(seed):
+    operations = plan(seed)
+    assert through_agenda(operations) == through_simpy(operations)
+
+
+def test_a_moved_entry_is_due_once_at_its_new_time():
+    agenda, owner = Agenda(simpy.Environment()), Owner("gpu", [])
+    agenda.schedule(owner, 5.0)
+    agenda.schedule(owner, 2.0)
+    assert len(agenda.heap) == 1 and owner.due_s == 2.0
+    assert agenda.pop() is owner and owner.slot == -1 and not agenda.heap
