@@ -40,6 +40,7 @@ COMPILED_MODULES = [
     "sim/policies/base.py",
     "sim/policies/fcfs_swap.py",
     "sim/policies/offload_aware.py",
+    "sim/policies/prefix_swap_aware.py",
     "sim/policies/slo_aware.py",
     "sim/policies/static.py",
     "sim/policies/swap_aware.py",

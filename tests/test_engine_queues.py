@@ -116,3 +116,34 @@ def test_an_unload_waits_for_the_step_running_and_both_modes_see_it_end_at_the_s
     assert len(swaps[mode]) == 2 and swaps[mode] == swaps["exact"]
     assert 9.5 <= swaps[mode][0] < 9.5 + 0.1  # the first iteration boundary after the unload, not a later one
     assert events[mode].loc[events[mode]["kind"].eq("unload"), "time_s"].tolist() == [swaps[mode][0]]
+
+
+def test_the_engines_count_of_pending_requests_is_the_size_of_its_pending_queues(tmp_path):
+    """``ClusterView.has_pending`` reads a count the engine keeps instead of scanning every model's queue: checked
+    at every arrival and finish of a run whose two models cannot share its one GPU (so requests wait unplaced)."""
+    seen = tmp_path / "seen.txt"
+    policy = tmp_path / "counting.py"
+    policy.write_text(textwrap.dedent(f"""
+        from sim.policies.swap_aware import SwapAwarePolicy
+
+        class Counting(SwapAwarePolicy):
+            def check(self, view):
+                engine = view._engine
+                assert engine.pending_total == sum(len(queue) for queue in engine.pending)
+                assert view.has_pending() == (engine.pending_total > 0)
+                with open({str(seen)!r}, "a") as log:
+                    log.write(f"{{engine.pending_total}}\\n")
+
+            def on_arrival(self, request, view):
+                super().on_arrival(request, view)
+                self.check(view)
+
+            def on_finish(self, request, instance, view):
+                super().on_finish(request, instance, view)
+                self.check(view)
+    """))
+    data = scenario_dict(cluster={"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 64},
+                         models=[{"name": "qwen2.5-14b"}, {"name": "qwen3-8b"}])
+    result = simulate(parse_scenario(data, "pending-count"), policy=f"{policy}:Counting")
+    counts = [int(line) for line in seen.read_text().split()]
+    assert result.summary["requests_total"] > 0 and len(counts) > 100 and max(counts) > 0

@@ -37,8 +37,19 @@ def oldest_pending(view: ClusterView) -> Request | None:
     """The earliest-arrived request that no instance holds, or None."""
     if not view.has_pending():
         return None
-    heads = [head for head in map(view.pending_head, range(len(view.model_names))) if head is not None]
-    return min(heads, key=lambda r: (r.arrival_s, r.id))
+    oldest: Request | None = None
+    for model in range(len(view.model_names)):
+        head = view.pending_head(model)
+        if head is not None and (oldest is None or arrived_before(head, oldest)):
+            oldest = head
+    return oldest
+
+
+def arrived_before(a: Request, b: Request) -> bool:
+    """Whether ``a`` is older than ``b``: (arrival, id) compared, as ``min`` with that key would."""
+    if a.arrival_s != b.arrival_s:
+        return a.arrival_s < b.arrival_s
+    return a.id < b.id
 
 
 def held_requests(instance: Instance) -> list[Request]:
@@ -143,20 +154,23 @@ def unblock(view: ClusterView, gpu: Gpu) -> None:
     for instance in gpu.instances:
         if len(instance.waiting) > 1:  # asked on every arrival and finish: a queue of one is in order
             view.order_waiting(instance)  # the head admission will try next is the one that must fit
-    for instance in list(gpu.instances):
-        if instance.status != "ready" or instance.running or instance.prefilling:
-            continue
-        need = head_blocks(instance)
-        if need and need > instance.free_blocks():
-            idle = [i for i in gpu.instances if i is not instance and i.status == "ready" and not i.has_work]
-            for neighbour in idle:
-                view.unload(neighbour, mode="swap")
-            if not idle and all(stuck(i) for i in gpu.instances):
-                keep = min(gpu.instances, key=lambda i: (oldest_held(i), i.uid))
-                for neighbour in gpu.instances:
-                    if neighbour is not keep:
-                        view.unload(neighbour, mode="swap")
+    for instance in gpu.instances:
+        if stuck(instance):
+            make_room(view, gpu, instance)
             return
+
+
+def make_room(view: ClusterView, gpu: Gpu, instance: Instance) -> None:
+    """:func:`unblock`'s unloads for ``instance``, stuck on ``gpu``. A function of its own: compiled, the key function
+    below would make :func:`unblock`, asked on every arrival and finish, allocate a closure on each call."""
+    idle = [i for i in gpu.instances if i is not instance and i.status == "ready" and not i.has_work]
+    for neighbour in idle:
+        view.unload(neighbour, mode="swap")
+    if not idle and all(stuck(i) for i in gpu.instances):
+        keep = min(gpu.instances, key=lambda i: (oldest_held(i), i.uid))
+        for neighbour in gpu.instances:
+            if neighbour is not keep:
+                view.unload(neighbour, mode="swap")
 
 
 def youngest_victim(instance: Instance, view: ClusterView) -> tuple[Request, str]:
@@ -266,6 +280,12 @@ class FcfsSwapPolicy(Policy):
             return
         if any(is_moving(g) for g in view.gpus):
             return  # an unload in flight will free memory; decide again when it has
+        self.evict_for(view, head, reserve)
+
+    def evict_for(self, view: ClusterView, head: Request, reserve: int) -> None:
+        """Unload the least recently used instances that make room for ``head``'s model, once they have been resident
+        ``min_residency_s``. A method of its own: compiled, its key functions would make :meth:`schedule`, which
+        usually returns early, allocate a closure on each call."""
         groups = []
         for gpu in view.gpus:
             candidates = sorted((i for i in live_instances(gpu) if i.status == "ready" and not holds_older(i, head)),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from sim.policies.base import mypyc_attr
+from sim.policies.base import QueueOrder, mypyc_attr, sort_queue
 from sim.policies.fcfs_swap import unblock, youngest_victim
 from sim.policies.registry import register
 from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
@@ -42,9 +42,32 @@ INF = float("inf")
 
 def deadline_s(request: Request, slo: Any) -> float:
     """When the request's next due token is due under its SLO (inf when the SLO sets no bound)."""
+    return due_s(request, slo.ttft_s or 0.0, slo.tpot_s or 0.0)
+
+
+def due_s(request: Request, ttft_s: float, tpot_s: float) -> float:
+    """:func:`deadline_s` under the SLO's bounds (0: no bound), read once per queue rather than per request."""
     if math.isnan(request.first_token_s):
-        return request.arrival_s + slo.ttft_s if slo.ttft_s else INF
-    return request.first_token_s + slo.tpot_s * request.generated if slo.tpot_s else INF
+        return request.arrival_s + ttft_s if ttft_s else INF
+    return request.first_token_s + tpot_s * request.generated if tpot_s else INF
+
+
+class EarliestSavableDeadlineFirst(QueueOrder):
+    """Earliest deadline first, those already past it last: the sort key (deadline < now, deadline, id)."""
+
+    def __init__(self, now: float, slo: Any):
+        self.now = now
+        self.ttft_s: float = slo.ttft_s or 0.0
+        self.tpot_s: float = slo.tpot_s or 0.0
+
+    def before(self, a: Request, b: Request) -> bool:
+        due_a, due_b = due_s(a, self.ttft_s, self.tpot_s), due_s(b, self.ttft_s, self.tpot_s)
+        late_a, late_b = due_a < self.now, due_b < self.now
+        if late_a != late_b:
+            return late_b
+        if due_a != due_b:
+            return due_a < due_b
+        return a.id < b.id
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -55,16 +78,7 @@ class SloAwarePolicy(SwapAwarePolicy):
     def order_waiting(self, instance: Instance, view: ClusterView) -> None:
         if len(instance.waiting) < 2:
             return  # the usual case at an admission: nothing to reorder
-        slo = view.slo(instance.model)
-        now = view.now
-
-        def key(request: Request) -> tuple[bool, float, int]:
-            due = deadline_s(request, slo)
-            return (due < now, due, request.id)
-
-        ordered = sorted(instance.waiting, key=key)
-        instance.waiting.clear()
-        instance.waiting.extend(ordered)
+        sort_queue(instance.waiting, EarliestSavableDeadlineFirst(view.now, view.slo(instance.model)))
 
     def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         if not instance.running:  # only prefills hold blocks (a later chunk found none): the latest, recomputed

@@ -60,7 +60,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sim.parallel import parallel_load_s
-from sim.policies.base import Policy, mypyc_attr
+from sim.policies.base import Policy, QueueOrder, mypyc_attr, sort_queue
 from sim.policies.fcfs_swap import (Rechecks, eviction_group, gpu_with_room, held_requests, start_bytes, unblock,
                                     youngest_victim)
 from sim.policies.registry import register
@@ -103,6 +103,26 @@ def load_s(view: ClusterView, model: int, gpu: Gpu) -> float:
     nodes = [g.node for g in group or [gpu]]
     from_host = all(view.host_cached(model, node) for node in set(nodes))
     return parallel_load_s(view.costs_on(model, gpu).reload_s(1.0, from_host), nodes, from_host)
+
+
+class AgedShortestFirst(QueueOrder):
+    """Shortest predicted output first, less ``aging_tokens_per_s`` per second waited: the sort key
+    (predicted_output_tokens - aging_tokens_per_s x waited, arrival_s, id)."""
+
+    def __init__(self, now: float, aging_tokens_per_s: float):
+        self.now = now
+        self.aging = float(aging_tokens_per_s)  # an int parameter multiplies as its float does
+
+    def aged_tokens(self, request: Request) -> float:
+        return request.predicted_output_tokens - self.aging * (self.now - request.arrival_s)
+
+    def before(self, a: Request, b: Request) -> bool:
+        aged_a, aged_b = self.aged_tokens(a), self.aged_tokens(b)
+        if aged_a != aged_b:
+            return aged_a < aged_b
+        if a.arrival_s != b.arrival_s:
+            return a.arrival_s < b.arrival_s
+        return a.id < b.id
 
 
 def unloading(view: ClusterView) -> bool:
@@ -152,11 +172,7 @@ class SwapAwarePolicy(Policy):
     def order_waiting(self, instance: Instance, view: ClusterView) -> None:
         if len(instance.waiting) < 2:
             return  # the usual case at an admission: nothing to reorder
-        now = view.now
-        ordered = sorted(instance.waiting, key=lambda r: (r.predicted_output_tokens - self.aging_tokens_per_s * (now - r.arrival_s),
-                                                           r.arrival_s, r.id))
-        instance.waiting.clear()
-        instance.waiting.extend(ordered)
+        sort_queue(instance.waiting, AgedShortestFirst(view.now, self.aging_tokens_per_s))
 
     def on_arrival(self, request: Request, view: ClusterView) -> None:
         if request.instance is None:  # not routed: its model has no instance that takes it

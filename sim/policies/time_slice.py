@@ -45,6 +45,22 @@ def home_groups(view: ClusterView) -> dict[int, list[int]]:
     return groups
 
 
+def earliest_loaded(instances: list[Instance]) -> Instance:
+    """The instance that became ready first (the oldest on a tie), as ``min`` by (ready_at_s, uid) would pick it.
+
+    A function of its own: a key function in :meth:`TimeSlicePolicy.rotate`, which runs on every arrival, would
+    allocate a closure on each call."""
+    return min(instances, key=lambda i: (i.ready_at_s, i.uid))
+
+
+def any_pending(view: ClusterView, models: list[int]) -> bool:
+    """Whether any of ``models`` has requests no instance holds (a loop: ``any(map(...))`` made Python calls)."""
+    for model in models:
+        if view.pending_count(model):
+            return True
+    return False
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class TimeSlicePolicy(Policy):
     name = "time-slice"
@@ -75,9 +91,6 @@ class TimeSlicePolicy(Policy):
                     break
                 self.cursor[index] = position
 
-    def route(self, request: Request, view: ClusterView) -> Instance | None:
-        return view.route(request)
-
     def on_arrival(self, request: Request, view: ClusterView) -> None:
         if request.instance is not None:
             unblock(view, request.instance.gpu)
@@ -96,16 +109,15 @@ class TimeSlicePolicy(Policy):
     def on_instance_ready(self, instance: Instance, view: ClusterView) -> None:
         super().on_instance_ready(instance, view)
         unblock(view, instance.gpu)
-        gpu = instance.gpu
-        self.rechecks.at(view, gpu.index, view.now + self.quantum_s, lambda v: self.rotate(v, gpu))
+        self.rotate_at(view, instance.gpu, view.now + self.quantum_s)
 
     def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         self.rotate(view, instance.gpu)
 
     def next_in_rotation(self, view: ClusterView, gpu: Gpu) -> int | None:
         """The first model after the cursor in this GPU's group that is absent and has requests waiting."""
-        group = self.groups.get(gpu.index, [])
-        if not any(map(view.pending_count, group)):
+        group = self.groups.get(gpu.index)
+        if group is None or not any_pending(view, group):
             return None  # the usual case on an arrival or a finish: the group has nothing waiting to come in
         present = {i.model for i in live_instances(gpu)}
         for step in range(1, len(group) + 1):
@@ -132,10 +144,14 @@ class TimeSlicePolicy(Policy):
         residents = [i for i in live_instances(gpu) if i.status == "ready"]
         expired = [i for i in residents if not i.has_work or view.now >= i.ready_at_s + self.quantum_s]
         if expired:
-            view.unload(min(expired, key=lambda i: (i.ready_at_s, i.uid)), mode="swap")
+            view.unload(earliest_loaded(expired), mode="swap")
         elif residents:
-            due = min(i.ready_at_s for i in residents) + self.quantum_s
-            self.rechecks.at(view, gpu.index, due, lambda v: self.rotate(v, gpu))
+            self.rotate_at(view, gpu, min(i.ready_at_s for i in residents) + self.quantum_s)
+
+    def rotate_at(self, view: ClusterView, gpu: Gpu, due_s: float) -> None:
+        """Rotate ``gpu``'s group again at ``due_s`` (its own method: a closure in :meth:`rotate`, which runs on every
+        arrival, would be allocated on each call)."""
+        self.rechecks.at(view, gpu.index, due_s, lambda v: self.rotate(v, gpu))
 
 
 register(TimeSlicePolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

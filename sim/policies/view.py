@@ -92,7 +92,7 @@ class ClusterView:
 
     def slo(self, model: int) -> Any:
         """The scenario's :class:`sim.scenario.Slo` for a model (its own, else the default; fields may be None)."""
-        slos = getattr(self._engine, "slos", None)
+        slos = self._engine.slos
         if slos:
             return slos[model]
         from sim.scenario import Slo  # an engine built without a scenario has no SLOs
@@ -111,11 +111,8 @@ class ClusterView:
         return queue[0] if queue else None
 
     def has_pending(self) -> bool:
-        """Whether any model has requests that no instance holds (asked on every finish: one pass, no copies)."""
-        for queue in self._engine.pending:
-            if queue:
-                return True
-        return False
+        """Whether any model has requests that no instance holds (asked on every finish)."""
+        return self._engine.pending_total > 0
 
     def order_waiting(self, instance: Instance) -> None:
         """Put ``instance.waiting`` in the order its next admission will try it (the policy's own order)."""

@@ -1,0 +1,56 @@
+"""The built-in policies' compiled-friendly admission orders sort exactly as ``sorted`` with their old key tuples."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+
+from sim.engine.request import Request
+from sim.policies.base import sort_queue
+from sim.policies.slo_aware import EarliestSavableDeadlineFirst, deadline_s
+from sim.policies.swap_aware import AgedShortestFirst
+from sim.scenario import Slo
+
+
+def random_queue(rng: random.Random, size: int) -> deque[Request]:
+    """Requests with many ties (few distinct arrivals, predictions and first tokens), some already started."""
+    queue: deque[Request] = deque()
+    for rid in rng.sample(range(10 * size + 1), size):
+        request = Request(rid, 0, float(rng.randint(0, 5)), 100, 50, rng.choice([1, 2, 8, 64]))
+        if rng.random() < 0.4:
+            request.first_token_s = float(rng.randint(0, 6))
+            request.generated = rng.randint(0, 4)
+        queue.append(request)
+    return queue
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_aged_shortest_first_matches_its_sort_key(seed: int) -> None:
+    rng = random.Random(seed)
+    queue = random_queue(rng, rng.randint(0, 40))
+    now, aging = float(rng.randint(5, 9)), rng.choice([0.5, 2, 0.0])
+    expected = sorted(queue, key=lambda r: (r.predicted_output_tokens - aging * (now - r.arrival_s), r.arrival_s, r.id))
+    sort_queue(queue, AgedShortestFirst(now, aging))
+    assert list(queue) == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_earliest_savable_deadline_first_matches_its_sort_key(seed: int) -> None:
+    rng = random.Random(seed)
+    queue = random_queue(rng, rng.randint(0, 40))
+    slo = Slo(ttft_s=rng.choice([None, 1.0, 3]), tpot_s=rng.choice([None, 0.5, 2.0]))
+    now = float(rng.randint(0, 9))
+    expected = sorted(queue, key=lambda r: (deadline_s(r, slo) < now, deadline_s(r, slo), r.id))
+    sort_queue(queue, EarliestSavableDeadlineFirst(now, slo))
+    assert list(queue) == expected
+
+
+def test_sort_queue_keeps_equal_requests_in_their_order() -> None:
+    """Stable, as ``sorted`` is: requests no order can tell apart (the same id twice) keep their places."""
+    first, second = Request(7, 0, 1.0, 10, 10, 5), Request(7, 0, 1.0, 10, 10, 5)
+    queue = deque([Request(9, 0, 0.0, 10, 10, 9), first, second, Request(3, 0, 0.0, 10, 10, 1)])
+    expected = sorted(queue, key=lambda r: (r.predicted_output_tokens, r.arrival_s, r.id))
+    sort_queue(queue, AgedShortestFirst(2.0, 0.0))
+    assert list(queue) == expected and queue[1] is first and queue[2] is second
