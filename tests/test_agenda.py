@@ -1,5 +1,6 @@
-"""The engine's agenda (GPU step ends, samples) merged with SimPy's queue comes out in exactly the order SimPy
-itself would process the same entries as Timeouts, moves included (a moved entry's old Timeout passed over)."""
+"""The engine's agendas (GPU step ends, samples; the compiled build's heap and the interpreted build's heapq)
+merged with SimPy's queue come out in exactly the order SimPy itself would process the same entries as
+Timeouts, moves included (a moved entry's old Timeout passed over)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import random
 import pytest
 import simpy
 
-from sim.engine.events import Agenda, AgendaEntry, simpy_event_first
+from sim.engine.events import Agenda, AgendaEntry, LazyAgenda, simpy_event_first
 
 
 class Owner(AgendaEntry):
@@ -27,9 +28,9 @@ def plan(seed: int) -> list[tuple[str, str, float]]:
             for _ in range(rng.randrange(1, 40))]
 
 
-def through_agenda(operations: list[tuple[str, str, float]]) -> list[str]:
+def through_agenda(operations: list[tuple[str, str, float]], kind: type[Agenda]) -> list[str]:
     env, log = simpy.Environment(), []
-    agenda = Agenda(env)
+    agenda = kind(env)
     owners: dict[str, Owner] = {}
     for k, (kind, name, at_s) in enumerate(operations):
         if kind == "simpy":
@@ -37,8 +38,8 @@ def through_agenda(operations: list[tuple[str, str, float]]) -> list[str]:
         else:
             owner = owners.setdefault(name, Owner(name, log))
             agenda.schedule(owner, at_s)  # moves it if it was due already
-    while env._queue or agenda.heap:
-        due = agenda.heap[0] if agenda.heap else None
+    while env._queue or agenda.first() is not None:
+        due = agenda.first()
         if env._queue and (due is None or simpy_event_first(env._queue[0], due)):
             env.step()
         else:
@@ -64,15 +65,17 @@ def through_simpy(operations: list[tuple[str, str, float]]) -> list[str]:
     return log
 
 
+@pytest.mark.parametrize("kind", [Agenda, LazyAgenda])
 @pytest.mark.parametrize("seed", range(300))
-def test_the_agenda_keeps_simpys_order(seed):
+def test_the_agenda_keeps_simpys_order(seed, kind):
     operations = plan(seed)
-    assert through_agenda(operations) == through_simpy(operations)
+    assert through_agenda(operations, kind) == through_simpy(operations)
 
 
-def test_a_moved_entry_is_due_once_at_its_new_time():
-    agenda, owner = Agenda(simpy.Environment()), Owner("gpu", [])
+@pytest.mark.parametrize("kind", [Agenda, LazyAgenda])
+def test_a_moved_entry_is_due_once_at_its_new_time(kind):
+    agenda, owner = kind(simpy.Environment()), Owner("gpu", [])
     agenda.schedule(owner, 5.0)
     agenda.schedule(owner, 2.0)
-    assert len(agenda.heap) == 1 and owner.due_s == 2.0
-    assert agenda.pop() is owner and owner.slot == -1 and not agenda.heap
+    assert agenda.first() is owner and owner.due_s == 2.0
+    assert agenda.pop() is owner and owner.slot == -1 and agenda.first() is None

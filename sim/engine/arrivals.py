@@ -127,7 +127,7 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
     try:
         while True:
             entry: tuple[float, int, int, object] | None = queue[0] if queue else None
-            due: AgendaEntry | None = agenda.heap[0] if agenda.heap else None
+            due: AgendaEntry | None = agenda.first()
             simpy_next = entry is not None and (due is None or simpy_event_first(entry, due))
             next_s = INF
             if simpy_next:

@@ -17,7 +17,7 @@ import simpy
 
 from sim.costs import ModelCosts
 from sim.engine import batching, residency
-from sim.engine.events import Agenda
+from sim.engine.events import make_agenda
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
@@ -110,7 +110,7 @@ class Engine:
         from sim.policies.view import ClusterView  # the view wraps the engine; imported late to avoid a cycle
         self.view = ClusterView(self)
         self.router = router or Router()
-        self.agenda = Agenda(env)  # the GPUs' step ends and the sampler's samples (see sim.engine.events)
+        self.agenda = make_agenda(env)  # the GPUs' step ends and the sampler's samples (see sim.engine.events)
         for gpu in gpus:
             gpu.start(self)
 

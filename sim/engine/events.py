@@ -1,22 +1,28 @@
 """The engine's own agenda beside SimPy's event queue, and processing a SimPy event on the spot.
 
 A GPU's step end and the sampler's next sample are not SimPy events: each such owner has at most one due
-time, kept in :class:`Agenda`, a binary heap of the owners themselves keyed by (time, event id). A SimPy
-event, its callback list and a queue tuple made every step cost more than the step's own bookkeeping; and
-when a fast-forward window is cut short, its owner's entry moves in place instead of leaving a stale tuple
-in SimPy's queue to be popped and passed over later. The event ids are drawn from SimPy's own counter, so
+time, kept in an agenda keyed by (time, event id). A SimPy event, its callback list and a queue tuple made
+every step cost more than the step's own bookkeeping. The event ids are drawn from SimPy's own counter, so
 :func:`sim.engine.arrivals.run` orders the agenda among SimPy's events exactly as SimPy would order
 NORMAL-priority events scheduled at the same moments.
+
+Two agendas keep the same order: compiled, :class:`Agenda` is a binary heap of the owners themselves, whose
+entry moves in place when a fast-forward window is cut short; interpreted, that heap's Python loops cost
+more than :class:`LazyAgenda`'s C ``heapq`` of tuples, where a moved entry leaves a stale tuple behind to be
+passed over. :func:`make_agenda` picks the one that suits the build.
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import Any, Callable, Final
 
 import simpy
 from simpy.core import NORMAL
 
 NORMAL_PRIORITY: Final = NORMAL  # Final: compiled, other globals are looked up in the module's dict at every use
+HEAPPUSH: Final = heapq.heappush
+HEAPPOP: Final = heapq.heappop
 
 
 class AgendaEntry:
@@ -53,6 +59,10 @@ class Agenda:
             self._sift_up(entry.slot)
         else:
             self._sift_down(self._sift_up(entry.slot))
+
+    def first(self) -> AgendaEntry | None:
+        """The entry due first, or None when nothing is due."""
+        return self.heap[0] if self.heap else None
 
     def pop(self) -> AgendaEntry:
         """Take the first entry off the agenda (there must be one)."""
@@ -101,6 +111,38 @@ class Agenda:
             slot = child
         heap[slot] = entry
         entry.slot = slot
+
+
+class LazyAgenda(Agenda):
+    """The same agenda as a ``heapq`` of (time, event id, entry) tuples: an entry that moves leaves its old tuple
+    behind, passed over when it reaches the top (its event id is no longer the entry's)."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self.tuples: list[tuple[float, int, AgendaEntry]] = []
+
+    def schedule(self, entry: AgendaEntry, at_s: float) -> None:
+        entry.due_s = at_s
+        entry.due_eid = self.next_eid()
+        entry.slot = 0
+        HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
+
+    def first(self) -> AgendaEntry | None:
+        tuples = self.tuples
+        while tuples and tuples[0][1] != tuples[0][2].due_eid:
+            HEAPPOP(tuples)
+        return tuples[0][2] if tuples else None
+
+    def pop(self) -> AgendaEntry:
+        entry = HEAPPOP(self.tuples)[2]
+        entry.slot = -1
+        entry.due_eid = -1
+        return entry
+
+
+def make_agenda(env: simpy.Environment) -> Agenda:
+    """The agenda that is fastest in this build (see the module's docstring)."""
+    return Agenda(env) if not __file__.endswith(".py") else LazyAgenda(env)
 
 
 def simpy_event_first(entry: tuple[float, int, int, Any], due: AgendaEntry) -> bool:

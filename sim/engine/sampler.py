@@ -34,6 +34,6 @@ class Sampler(AgendaEntry):
         engine.progress.check(now)
         if engine.all_done.triggered:
             return
-        if engine.arrivals_done and engine.settled() and not self.env._queue and not engine.agenda.heap:
+        if engine.arrivals_done and engine.settled() and not self.env._queue and engine.agenda.first() is None:
             return  # nothing left that could run: let the run end (policy timers still pending keep it going)
         engine.agenda.schedule(self, now + self.interval_s)
