@@ -52,22 +52,30 @@ policy: {{name: static}}
 """
 
 
-def run_once(scenario: Path, mode: str, out: Path, core: int) -> dict:
-    """One ``mmsim run`` process: its summary, wall seconds and peak RSS."""
-    command = [sys.executable, "-m", "sim.cli", "run", str(scenario), "--mode", mode, "--out", str(out), "--force", "--json"]
+def run_mmsim(args: list[str], core: int | None = None, cwd: Path | None = None) -> tuple[bytes, float, float]:
+    """Run ``mmsim ARGS`` as its own process (pinned to CPU ``core`` if given): its stdout, wall seconds and
+    peak RSS in MB. Exits with mmsim's error output if it fails."""
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
     with tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
-        # In the scenario's folder, not the checkout: ``-m`` puts the working folder first on the path.
-        process = subprocess.Popen(command, cwd=scenario.parent, stdout=subprocess.PIPE, stderr=errors,
-                                   preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+        process = subprocess.Popen([sys.executable, "-m", "sim.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
+                                   stderr=errors, preexec_fn=pin)
         stdout = process.stdout.read()
         _, status, usage = os.wait4(process.pid, 0)  # this child's own peak RSS, which Popen.wait would not give
         wall_s = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode:
+        if os.waitstatus_to_exitcode(status):
             errors.seek(0)
-            raise SystemExit(f"mmsim run failed ({process.returncode}): {errors.read().decode()[-2000:]}")
-    return {"summary": json.loads(stdout), "wall_s": wall_s, "rss_mb": usage.ru_maxrss / 1024}
+            raise SystemExit(f"mmsim {args[0]} failed ({os.waitstatus_to_exitcode(status)}): "
+                             f"{errors.read().decode()[-2000:]}")
+    return stdout, wall_s, usage.ru_maxrss / 1024
+
+
+def run_once(scenario: Path, mode: str, out: Path, core: int) -> dict:
+    """One ``mmsim run`` process: its summary, wall seconds and peak RSS."""
+    # In the scenario's folder, not the checkout: ``-m`` puts the working folder first on the path.
+    stdout, wall_s, rss_mb = run_mmsim(["run", str(scenario), "--mode", mode, "--out", str(out), "--force", "--json"],
+                                       core, cwd=scenario.parent)
+    return {"summary": json.loads(stdout), "wall_s": wall_s, "rss_mb": rss_mb}
 
 
 def measure(requests: int, mode: str, rate: float, repeat: int, folder: Path, core: int) -> dict:

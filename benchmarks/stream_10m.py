@@ -15,34 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from peers import idlest_core
+from peers import idlest_core, run_mmsim
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "large-cluster.yaml"
-
-
-def mmsim(*args: str, core: int | None = None) -> tuple[bytes, float, float]:
-    """Run ``mmsim ARGS`` (optionally pinned to ``core``): its stdout, wall seconds and peak RSS in MB."""
-    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
-    with tempfile.TemporaryFile() as errors:
-        started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, "-m", "sim.cli", *args], stdout=subprocess.PIPE, stderr=errors,
-                                   preexec_fn=pin)
-        stdout = process.stdout.read()
-        _, status, usage = os.wait4(process.pid, 0)  # this child's own peak RSS, which Popen.wait would not give
-        wall_s = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        if process.returncode:
-            errors.seek(0)
-            raise SystemExit(f"mmsim {args[0]} failed ({process.returncode}): {errors.read().decode()[-2000:]}")
-    return stdout, wall_s, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -54,16 +34,16 @@ def main() -> None:
     trace = args.workdir / f"trace-{args.requests}.parquet"
     if not trace.is_file():
         started = time.perf_counter()
-        mmsim("trace", "generate", "--config", str(SCENARIO), "--max-requests", str(args.requests),
-              "--duration", str(10 * args.requests / 35), "--out", str(trace))
+        run_mmsim(["trace", "generate", "--config", str(SCENARIO), "--max-requests", str(args.requests),
+                   "--duration", str(10 * args.requests / 35), "--out", str(trace)])
         print(f"generated {trace} in {time.perf_counter() - started:.0f} s")
     scenario = yaml.safe_load(SCENARIO.read_text())
     scenario["name"] = f"large-cluster-trace-{args.requests}"
     scenario["workload"] = {"trace": {"path": str(trace), "format": "mmsim"}}
     path = args.workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario, sort_keys=False))
-    stdout, wall_s, peak_mb = mmsim("run", str(path), "--out", str(args.workdir / "run"), "--force", "--json",
-                                    core=idlest_core())
+    stdout, wall_s, peak_mb = run_mmsim(["run", str(path), "--out", str(args.workdir / "run"), "--force", "--json"],
+                                        idlest_core())
     summary = json.loads(stdout)
     loop_s = summary["sim_wall_seconds"]
     print(f"{summary['requests_total']:,} requests streamed from a trace ({summary['engine_build']} engine, one core, "
