@@ -15,6 +15,7 @@ passed over. :func:`make_agenda` picks the one that suits the build.
 from __future__ import annotations
 
 import heapq
+from abc import abstractmethod
 from typing import Any, Callable, Final
 
 import simpy
@@ -33,8 +34,9 @@ class AgendaEntry:
         self.due_eid = -1
         self.slot = -1  # its place in the agenda's heap; -1: nothing due
 
+    @abstractmethod
     def entry_due(self) -> None:
-        raise NotImplementedError
+        """Its due time has come (SimPy's clock stands at it, and it is off the agenda)."""
 
 
 def _before(a: AgendaEntry, b: AgendaEntry) -> bool:

@@ -9,6 +9,7 @@ unload or preempt. It never changes engine state directly.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 try:
@@ -47,8 +48,9 @@ class QueueOrder:
 
     Compared in compiled code, without the key tuples and key-function calls of ``sorted(queue, key=...)``."""
 
+    @abstractmethod
     def before(self, a: Request, b: Request) -> bool:
-        raise NotImplementedError
+        """Whether ``a`` comes before ``b`` (strictly: equal requests keep their order)."""
 
 
 def sort_queue(queue: deque[Request], order: QueueOrder) -> None:
