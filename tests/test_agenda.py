@@ -9,7 +9,7 @@ import random
 import pytest
 import simpy
 
-from sim.engine.events import Agenda, AgendaEntry, LazyAgenda, simpy_event_first
+from sim.engine.events import Agenda, AgendaEntry, HeapAgenda, LazyAgenda, simpy_event_first
 
 
 class Owner(AgendaEntry):
@@ -65,14 +65,14 @@ def through_simpy(operations: list[tuple[str, str, float]]) -> list[str]:
     return log
 
 
-@pytest.mark.parametrize("kind", [Agenda, LazyAgenda])
+@pytest.mark.parametrize("kind", [HeapAgenda, LazyAgenda])
 @pytest.mark.parametrize("seed", range(300))
 def test_the_agenda_keeps_simpys_order(seed, kind):
     operations = plan(seed)
     assert through_agenda(operations, kind) == through_simpy(operations)
 
 
-@pytest.mark.parametrize("kind", [Agenda, LazyAgenda])
+@pytest.mark.parametrize("kind", [HeapAgenda, LazyAgenda])
 def test_a_moved_entry_is_due_once_at_its_new_time(kind):
     agenda, owner = kind(simpy.Environment()), Owner("gpu", [])
     agenda.schedule(owner, 5.0)

@@ -6,7 +6,7 @@ every step cost more than the step's own bookkeeping. The event ids are drawn fr
 :func:`sim.engine.arrivals.run` orders the agenda among SimPy's events exactly as SimPy would order
 NORMAL-priority events scheduled at the same moments.
 
-Two agendas keep the same order: compiled, :class:`Agenda` is a binary heap of the owners themselves, whose
+Two agendas keep the same order: compiled, :class:`HeapAgenda` is a binary heap of the owners themselves, whose
 entry moves in place when a fast-forward window is cut short; interpreted, that heap's Python loops cost
 more than :class:`LazyAgenda`'s C ``heapq`` of tuples, where a moved entry leaves a stale tuple behind to be
 passed over. :func:`make_agenda` picks the one that suits the build.
@@ -44,17 +44,39 @@ def _before(a: AgendaEntry, b: AgendaEntry) -> bool:
 
 
 class Agenda:
-    """The due entries of one environment, earliest (then lowest event id) first."""
+    """The due entries of one environment, earliest (then lowest event id) first: what both builds' agendas do."""
 
     def __init__(self, env: simpy.Environment):
-        self.heap: list[AgendaEntry] = []
         self.next_eid: Callable[[], int] = env._eid.__next__  # not next(...): compiled, a builtins lookup each call
 
-    def schedule(self, entry: AgendaEntry, at_s: float) -> None:
-        """Make ``entry`` due at ``at_s`` (instead of any time it was due at), after every SimPy event and agenda
-        entry scheduled before now for the same time, as a Timeout scheduled now would be."""
+    def _stamp(self, entry: AgendaEntry, at_s: float) -> None:
+        """Make ``entry`` due at ``at_s``, after every SimPy event and agenda entry scheduled before now for the
+        same time, as a Timeout scheduled now would be."""
         entry.due_s = at_s
         entry.due_eid = self.next_eid()
+
+    @abstractmethod
+    def schedule(self, entry: AgendaEntry, at_s: float) -> None:
+        """Make ``entry`` due at ``at_s``, instead of any time it was due at."""
+
+    @abstractmethod
+    def first(self) -> AgendaEntry | None:
+        """The entry due first, or None when nothing is due."""
+
+    @abstractmethod
+    def pop(self) -> AgendaEntry:
+        """Take the entry :meth:`first` gave off the agenda."""
+
+
+class HeapAgenda(Agenda):
+    """The agenda as a binary heap of the entries themselves, each knowing its slot: a moved entry sifts in place."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self.heap: list[AgendaEntry] = []
+
+    def schedule(self, entry: AgendaEntry, at_s: float) -> None:
+        self._stamp(entry, at_s)
         if entry.slot < 0:
             entry.slot = len(self.heap)
             self.heap.append(entry)
@@ -63,11 +85,9 @@ class Agenda:
             self._sift_down(self._sift_up(entry.slot))
 
     def first(self) -> AgendaEntry | None:
-        """The entry due first, or None when nothing is due."""
         return self.heap[0] if self.heap else None
 
     def pop(self) -> AgendaEntry:
-        """Take the first entry off the agenda (there must be one)."""
         first = self.heap[0]
         self._remove(0)
         return first
@@ -124,8 +144,7 @@ class LazyAgenda(Agenda):
         self.tuples: list[tuple[float, int, AgendaEntry]] = []
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
-        entry.due_s = at_s
-        entry.due_eid = self.next_eid()
+        self._stamp(entry, at_s)
         entry.slot = 0
         HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
 
@@ -144,7 +163,9 @@ class LazyAgenda(Agenda):
 
 def make_agenda(env: simpy.Environment) -> Agenda:
     """The agenda that is fastest in this build (see the module's docstring)."""
-    return Agenda(env) if not __file__.endswith(".py") else LazyAgenda(env)
+    from sim.engine import build
+
+    return HeapAgenda(env) if build() == "compiled" else LazyAgenda(env)
 
 
 def simpy_event_first(entry: tuple[float, int, int, Any], due: AgendaEntry) -> bool:
