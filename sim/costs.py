@@ -345,7 +345,7 @@ class ModelCosts:
         prefill = self._prefill_step_s(prefill_tokens, prefill_quadratic, prefills, gpu_share)
         if batch == 0:
             return prefill
-        overlap = self.decode_step_s(0, 0, gpu_share)
+        overlap = self.step_coefficients(0, gpu_share).base_s  # an empty decode step: its context term is 0
         return prefill + self.decode_step_s(batch, context_tokens, gpu_share) - overlap
 
     def _pipelined_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,

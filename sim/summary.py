@@ -3,6 +3,9 @@ percentiles, SLO attainment, preemption and prefix-cache figures, per run and pe
 
 from __future__ import annotations
 
+import copy
+from typing import Any, Callable
+
 import numpy as np
 
 from sim.engine import build as engine_build
@@ -35,6 +38,10 @@ def slo_met(table: RequestTable, completed: np.ndarray, models: np.ndarray, scen
         values[np.isnan(values)] = 0.0 if field == "tpot_s" else np.inf
         met &= values <= limits[models]  # no limit is an infinite one: even an infinite value is within it
     return met
+
+
+def _total(values: np.ndarray) -> int:
+    return int(values.sum())
 
 
 def _max_s(values: np.ndarray) -> float:
@@ -73,6 +80,8 @@ class _Groups:
             rows = np.flatnonzero(models == code)
             if len(rows):
                 self.models.append((name, rows.astype(np.int32) if len(models) < 2**31 else rows))
+        # The model that holds every request, if one does: its figures are the run's, computed once.
+        self.sole_model = self.models[0][0] if len(self.models) == 1 and len(self.models[0][1]) == len(models) else None
 
     def each(self, values: np.ndarray, completed_only: bool = False):
         """(None for the whole run, else the model's name; its values), in id order."""
@@ -80,6 +89,13 @@ class _Groups:
         for name, rows in self.models:
             part = values[rows]
             yield name, part[self.completed[rows]] if completed_only else part
+
+    def figures(self, values: np.ndarray, figure: Callable[[np.ndarray], Any], completed_only: bool = False) -> dict:
+        """``figure`` of the values of the whole run (key None) and of each model's requests (key: its name)."""
+        if self.sole_model is not None:
+            whole = figure(values[self.completed] if completed_only else values)
+            return {None: whole, self.sole_model: copy.copy(whole)}
+        return {group: figure(part) for group, part in self.each(values, completed_only)}
 
 
 def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, scenario, engine, profile, policy: str,
@@ -89,9 +105,8 @@ def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, sc
     met = slo_met(table, completed, table.column("model"), scenario)
     groups = _Groups(table, completed)
     rates = _group_rates(table, groups, met)
-    latencies = {name: dict((group, percentiles(values)) for group, values in groups.each(table.column(name), True))
-                 for name in LATENCIES}
-    preemptions = {group: int(values.sum()) for group, values in groups.each(table.column("preemptions"))}
+    latencies = {name: groups.figures(table.column(name), percentiles, True) for name in LATENCIES}
+    preemptions = groups.figures(table.column("preemptions"), _total)
     per_model = {}
     for name, rows in groups.models:
         done = completed[rows]
@@ -179,14 +194,13 @@ def _per_instance_prefix(engine) -> list[dict]:
 
 def _group_rates(table: RequestTable, groups: _Groups, met: np.ndarray) -> dict:
     """Throughput, goodput and makespan of the run (key None) and of each model."""
-    starts = {group: float(values.min()) if len(values) else 0.0
-              for group, values in groups.each(table.column("arrival_s"))}
-    ends = {group: _max_s(values) if len(values) else starts[group]
-            for group, values in groups.each(table.column("finish_s"), True)}
-    tokens = {group: int(values.sum()) for group, values in groups.each(table.column("output_tokens"), True)}
-    done = {group: int(values.sum()) for group, values in groups.each(groups.completed)}
-    good = {group: int(values.sum()) for group, values in groups.each(met)}
-    return {group: _rates(starts[group], ends[group], done[group], tokens[group], good[group]) for group in starts}
+    starts = groups.figures(table.column("arrival_s"), lambda values: float(values.min()) if len(values) else 0.0)
+    ends = groups.figures(table.column("finish_s"), lambda values: _max_s(values) if len(values) else None, True)
+    tokens = groups.figures(table.column("output_tokens"), _total, True)
+    done = groups.figures(groups.completed, _total)
+    good = groups.figures(met, _total)
+    return {group: _rates(starts[group], starts[group] if ends[group] is None else ends[group], done[group],
+                          tokens[group], good[group]) for group in starts}
 
 
 def _busy_share(engine) -> float:

@@ -17,7 +17,8 @@ class Owner(AgendaEntry):
         super().__init__()
         self.name, self.log = name, log
 
-    def entry_due(self) -> None:
+    def entry_due(self, now: float) -> None:
+        assert now == self.due_s
         self.log.append(self.name)
 
 
@@ -43,7 +44,8 @@ def through_agenda(operations: list[tuple[str, str, float]], kind: type[Agenda])
         if env._queue and (due is None or simpy_event_first(env._queue[0], due)):
             env.step()
         else:
-            agenda.pop().entry_due()
+            owner = agenda.pop()
+            owner.entry_due(owner.due_s)
     return log
 
 

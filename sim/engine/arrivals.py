@@ -147,7 +147,7 @@ def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None
                     agenda.pop()
                     env._now = next_s
                     assert due is not None
-                    due.entry_due()
+                    due.entry_due(next_s)  # the time, not read back from SimPy: compiled, that is a generic lookup
                 steps += 1
                 if steps >= SAME_INSTANT_EVENTS:
                     # Millions of events without the clock moving: a loop of decisions that take no time.

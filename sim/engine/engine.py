@@ -126,7 +126,8 @@ class Engine:
     def routable(self, instance: Instance) -> bool:
         """Whether new requests may queue at ``instance``: ready or loading, and not being retired."""
         status = instance.status
-        return (status == "ready" or status == "loading") and not (self.retiring and instance in self.retiring)
+        # len, not the set's truth: compiled, that is a generic call, and this is asked of every candidate
+        return (status == "ready" or status == "loading") and (len(self.retiring) == 0 or instance not in self.retiring)
 
     # -- arrivals and routing ------------------------------------------------------------------------
     def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
@@ -179,7 +180,8 @@ class Engine:
             self.drop(request, "exceeds_max_model_len" if limit else "model_exceeds_gpu")
             return
         self.outstanding += 1
-        self.arrivals_by_model[request.model] += 1
+        arrived = self.arrivals_by_model  # ``[model] += 1`` written out: compiled, the augmented form is generic
+        arrived[request.model] = arrived[request.model] + 1
         instance = self.policy.route(request, self.view) if self.routes_itself else self.router.pick(self, request)
         if instance is not None:
             self.assign(request, instance)

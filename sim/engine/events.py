@@ -35,25 +35,36 @@ class AgendaEntry:
         self.slot = -1  # its place in the agenda's heap; -1: nothing due
 
     @abstractmethod
-    def entry_due(self) -> None:
-        """Its due time has come (SimPy's clock stands at it, and it is off the agenda)."""
+    def entry_due(self, now: float) -> None:
+        """Its due time ``now`` has come (SimPy's clock stands at it, and it is off the agenda)."""
 
 
 def _before(a: AgendaEntry, b: AgendaEntry) -> bool:
     return a.due_s < b.due_s or (a.due_s == b.due_s and a.due_eid < b.due_eid)
 
 
+class EventIds:
+    """SimPy's event-id counter (``env._eid``, which SimPy draws from with ``next``) as an object whose next id
+    a compiled agenda reads and moves on as a field: calling an ``itertools.count`` cost more than the rest of
+    putting an entry on the agenda."""
+
+    def __init__(self, first: int) -> None:
+        self.next_id = first
+
+    def __iter__(self) -> EventIds:
+        return self
+
+    def __next__(self) -> object:  # not int: mypyc would give the type's iterator slot an unboxed result
+        drawn = self.next_id
+        self.next_id = drawn + 1
+        return drawn
+
+
 class Agenda:
-    """The due entries of one environment, earliest (then lowest event id) first: what both builds' agendas do."""
+    """The due entries of one environment, earliest (then lowest event id) first: what both builds' agendas do.
 
-    def __init__(self, env: simpy.Environment):
-        self.next_eid: Callable[[], int] = env._eid.__next__  # not next(...): compiled, a builtins lookup each call
-
-    def _stamp(self, entry: AgendaEntry, at_s: float) -> None:
-        """Make ``entry`` due at ``at_s``, after every SimPy event and agenda entry scheduled before now for the
-        same time, as a Timeout scheduled now would be."""
-        entry.due_s = at_s
-        entry.due_eid = self.next_eid()
+    An entry made due now gets the next id of SimPy's counter, so that it comes after every SimPy event and
+    agenda entry scheduled before now for the same time, as a Timeout scheduled now would."""
 
     @abstractmethod
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
@@ -72,11 +83,15 @@ class HeapAgenda(Agenda):
     """The agenda as a binary heap of the entries themselves, each knowing its slot: a moved entry sifts in place."""
 
     def __init__(self, env: simpy.Environment):
-        super().__init__(env)
         self.heap: list[AgendaEntry] = []
+        self.ids = EventIds(next(env._eid))
+        env._eid = self.ids  # type: ignore[assignment]  # typed as itertools.count; SimPy only calls next on it
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
-        self._stamp(entry, at_s)
+        ids = self.ids
+        entry.due_s = at_s
+        entry.due_eid = ids.next_id
+        ids.next_id += 1
         if entry.slot < 0:
             entry.slot = len(self.heap)
             self.heap.append(entry)
@@ -140,11 +155,12 @@ class LazyAgenda(Agenda):
     behind, passed over when it reaches the top (its event id is no longer the entry's)."""
 
     def __init__(self, env: simpy.Environment):
-        super().__init__(env)
         self.tuples: list[tuple[float, int, AgendaEntry]] = []
+        self.next_eid: Callable[[], int] = env._eid.__next__  # interpreted, the C counter is the cheaper one
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
-        self._stamp(entry, at_s)
+        entry.due_s = at_s
+        entry.due_eid = self.next_eid()
         entry.slot = 0
         HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
 

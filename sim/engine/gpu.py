@@ -187,19 +187,19 @@ class Gpu(AgendaEntry):
         self.current = step
         self._agenda.schedule(self, now + max(step.elapsed_s(step.iterations), 0.0))
 
-    def entry_due(self) -> None:
-        """This GPU's due time came (SimPy's clock stands at it): its running step ends, or its idle loop wakes up."""
+    def entry_due(self, now: float) -> None:
+        """This GPU's due time ``now`` came (SimPy's clock stands at it): its running step ends, or its idle loop
+        wakes up."""
         if self.current is None:
-            self._next_step(self.env._now)
+            self._next_step(now)
         else:
-            self._step_done()
+            self._step_done(now)
 
-    def _step_done(self) -> None:
+    def _step_done(self, now: float) -> None:
         step, engine = self.current, self._engine
         assert step is not None and engine is not None
         self.current = None
         instance = step.instance
-        now: float = self.env._now
         elapsed = now - step.start_s  # sync may have moved the start on
         instance.busy_s += elapsed
         self._add_busy(instance, elapsed)

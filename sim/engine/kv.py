@@ -48,10 +48,14 @@ class PhaseHistogram:
         """Blocks allocated by the steps ``iteration -> iteration + steps``."""
         bs, counts = self.block_size, self.counts
         cycles = steps // bs  # not divmod: compiled, that is a generic call returning a tuple
-        rest = steps - cycles * bs
         blocks = cycles * self.total
-        for s in range(rest):
-            blocks += counts[(-(iteration + s)) % bs]
+        # The step from iteration t serves phase -t mod bs: the phase steps down by one per iteration, wrapping
+        # (counted down rather than taken modulo at every step, once the dearest operation of a step's planning).
+        phase, left = -iteration % bs, steps - cycles * bs
+        while left:  # not ``for _ in range``: compiled, ``_`` is an object, boxed at every step
+            blocks += counts[phase]
+            phase = phase - 1 if phase else bs - 1
+            left -= 1
         return blocks
 
     def next_blocks(self, iteration: int) -> int:
@@ -62,15 +66,19 @@ class PhaseHistogram:
         """The most steps (at most ``limit``) whose new blocks fit in ``free_blocks``."""
         if self.total == 0:
             return limit
-        cycles = min(free_blocks // self.total, limit // self.block_size)
-        steps, used = cycles * self.block_size, cycles * self.total
-        bs, counts = self.block_size, self.counts
+        bs, counts, total = self.block_size, self.counts, self.total
+        cycles = min(free_blocks // total, limit // bs)
+        steps, used = cycles * bs, cycles * total
+        if used + total <= free_blocks:
+            return limit  # under a cycle's steps remain, and those never take more than a cycle's ``total`` blocks
+        phase = -iteration % bs  # whole cycles leave the phase where it was (see new_blocks)
         while steps < limit:
-            need = counts[(-(iteration + steps)) % bs]
+            need = counts[phase]
             if used + need > free_blocks:
                 break
             used += need
             steps += 1
+            phase = phase - 1 if phase else bs - 1
         return steps
 
 

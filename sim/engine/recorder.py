@@ -5,7 +5,7 @@ so that ten million requests fit in under a gigabyte; nothing is kept per
 token, and the seconds a request lost to preemption are kept only for the
 requests that lost any. The periodic samples of GPU memory and queue depth
 (a row per instance every few simulated seconds: millions over a long trace)
-are typed arrays too; events (loads, unloads, preemptions) are a row list.
+are packed rows of fixed width; events (loads, unloads, preemptions) are a row list.
 :mod:`sim.results` turns all of it into the run's tables.
 """
 
@@ -36,6 +36,12 @@ PACK_ROW: Final = struct.Struct(f"={len(TIME_COLUMNS)}d{PENDING_INTS}q").pack_in
 """Writes a request's row into the pending buffer: its TIME_COLUMNS values, then its id, TOKEN_COLUMNS and
 SMALL_COLUMNS values. An array's own ``extend`` converts value by value through argument parsing, which cost
 more than the rest of a request's recording; rows wait in the buffer and go into the arrays in blocks."""
+SAMPLE_ROW: Final = struct.Struct("=d4i2qd").pack
+"""One sample as the recorder keeps it: time, then GPU, model code, queued and running, then weight and KV bytes,
+then busy share (SAMPLE_DTYPE's fields)."""
+SAMPLE_DTYPE = np.dtype([("time_s", np.float64), ("gpu", np.int32), ("model", np.int32), ("queued", np.int32),
+                         ("running", np.int32), ("weight_bytes", np.int64), ("kv_bytes", np.int64),
+                         ("busy_share", np.float64)])
 PENDING_ROW = np.dtype([("times", np.float64, len(TIME_COLUMNS)), ("ints", np.int64, PENDING_INTS)])
 ROW_BYTES: Final = PENDING_ROW.itemsize
 PENDING_ROWS: Final = 4096
@@ -68,17 +74,14 @@ class Recorder:
         self.lost_rows = array("q")  # the rows (in ending order) of requests that lost any time to preemption
         self.lost_values = array("d")  # their seconds lost, one value per LOSS_CAUSES entry
         self.events: list[tuple] = []
-        # Samples: one array per column but the byte counts (two per row); model names as codes.
-        self.sample_times = array("d")
-        self.sample_counts = array("i")  # GPU (-1: a model's unplaced requests), model code, queued, running
-        self.sample_bytes = array("q")  # weight and KV bytes
-        self.sample_busy = array("d")
+        # Samples: SAMPLE_ROW rows (GPU -1: a model's unplaced requests); model names as codes.
+        self.samples = bytearray()
         self.sample_names: list[str] = [""]
         self._sample_codes: dict[str, int] = {"": 0}
 
     def request(self, request: Request, drop_reason: str = "") -> None:
         lost = request.lost
-        if lost[0] or lost[1] or lost[2] or lost[3] or lost[4] or lost[5]:
+        if lost is not None and (lost[0] or lost[1] or lost[2] or lost[3] or lost[4] or lost[5]):
             self.lost_rows.append(self.rows)
             self.lost_values.extend(lost)
         self.rows += 1
@@ -123,15 +126,8 @@ class Recorder:
 
     def sample(self, time_s: float, gpu: int, model: str, weight_bytes: int, kv_bytes: int, queued: int, running: int,
                busy_share: float) -> None:
-        self.sample_rows([time_s], [gpu, self._sample_code(model), queued, running], [weight_bytes, kv_bytes],
-                         [busy_share])
-
-    def sample_rows(self, times: list[float], counts: list[int], byte_counts: list[int], busy: list[float]) -> None:
-        """Rows already split into the sample arrays' groups (one extend per array, not per row)."""
-        self.sample_times.extend(times)
-        self.sample_counts.extend(counts)
-        self.sample_bytes.extend(byte_counts)
-        self.sample_busy.extend(busy)
+        rows = self.samples
+        rows += SAMPLE_ROW(time_s, gpu, self._sample_code(model), queued, running, weight_bytes, kv_bytes, busy_share)
 
     def _sample_code(self, model: str) -> int:
         code = self._sample_codes.get(model)
@@ -144,27 +140,17 @@ class Recorder:
         """One row per instance of every GPU (one for an empty GPU): its memory, queue depth and busy share over
         the last ``interval_s``. ``busy_before_s`` holds each GPU's busy seconds at the previous sample (by index),
         and is brought up to now. Compiled with the engine; a trace of a day on 64 GPUs is a million rows."""
-        times: list[float] = []
-        counts: list[int] = []
-        byte_counts: list[int] = []
-        busy_shares: list[float] = []
+        rows = self.samples
         for gpu in gpus:
             gpu.sync()
             busy = (gpu.busy_s - busy_before_s[gpu.index]) / interval_s
             busy_before_s[gpu.index] = gpu.busy_s
             share = 1.0 if 1.0 < busy else busy  # min(busy, 1.0), as Python's min breaks ties
             for inst in gpu.instances:
-                times.append(now)
-                counts.extend((gpu.index, self._sample_code(inst.name), len(inst.waiting) + len(inst.swapped),
-                               len(inst.running)))
-                byte_counts.extend((inst.weight_bytes, inst.kv_bytes))
-                busy_shares.append(share)
+                rows += SAMPLE_ROW(now, gpu.index, self._sample_code(inst.name), len(inst.waiting) + len(inst.swapped),
+                                   len(inst.running), inst.weight_bytes, inst.kv_bytes, share)
             if not gpu.instances:
-                times.append(now)
-                counts.extend((gpu.index, 0, 0, 0))
-                byte_counts.extend((0, 0))
-                busy_shares.append(share)
-        self.sample_rows(times, counts, byte_counts, busy_shares)
+                rows += SAMPLE_ROW(now, gpu.index, 0, 0, 0, 0, 0, share)
 
     def sample_pending(self, now: float, pending: list[deque[Request]]) -> None:
         """A row per model with requests that no instance holds (GPU -1)."""
@@ -173,11 +159,9 @@ class Recorder:
                 self.sample(now, -1, self.model_names[model], 0, 0, len(queue), 0, 0.0)
 
     def sample_columns(self) -> dict[str, np.ndarray]:
-        """The samples' columns (``model`` as codes into ``sample_names``), views of the recorded arrays."""
-        counts, byte_counts = _view(self.sample_counts, 4), _view(self.sample_bytes, 2)
-        return {"time_s": _view(self.sample_times, 1)[:, 0], "gpu": counts[:, 0], "model": counts[:, 1],
-                "weight_bytes": byte_counts[:, 0], "kv_bytes": byte_counts[:, 1], "queued": counts[:, 2],
-                "running": counts[:, 3], "busy_share": _view(self.sample_busy, 1)[:, 0]}
+        """The samples' columns (``model`` as codes into ``sample_names``), views of the recorded rows."""
+        table = np.frombuffer(self.samples, SAMPLE_DTYPE) if self.samples else np.zeros(0, SAMPLE_DTYPE)
+        return {name: table[name] for name in SAMPLE_COLUMNS}
 
 
 def _view(values: array, width: int) -> np.ndarray:

@@ -50,7 +50,7 @@ class Request:
         self.finish_s = NAN
         self.first_scheduled_s = NAN
         self.preemptions = 0
-        self.lost = [0.0] * len(LOSS_CAUSES)
+        self.lost: list[float] | None = None  # seconds lost to each of LOSS_CAUSES; None until it loses any
         self.drop_reason = ""
         self.join_iter = 0
         self.gen_at_join = 0
@@ -67,7 +67,10 @@ class Request:
         self.cached_tokens = 0  # prompt tokens its first prefill found in the prefix cache
 
     def add_loss(self, cause: str, seconds: float) -> None:
-        self.lost[LOSS_CAUSES.index(cause)] += seconds
+        lost = self.lost
+        if lost is None:
+            lost = self.lost = [0.0] * len(LOSS_CAUSES)
+        lost[LOSS_CAUSES.index(cause)] += seconds
 
     @property
     def context_tokens(self) -> int:

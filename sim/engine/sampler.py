@@ -26,9 +26,9 @@ class Sampler(AgendaEntry):
         self._busy_before_s = [0.0] * len(engine.gpus)  # each GPU's busy seconds at the previous sample
         engine.agenda.schedule(self, env._now + interval_s)
 
-    def entry_due(self) -> None:
-        """A sample is due (SimPy's clock stands at its time): take it, and queue the next while the run goes on."""
-        engine, now = self.engine, self.env._now
+    def entry_due(self, now: float) -> None:
+        """A sample is due (SimPy's clock stands at ``now``): take it, and queue the next while the run goes on."""
+        engine = self.engine
         engine.recorder.sample_gpus(now, engine.gpus, self._busy_before_s, self.interval_s)
         engine.recorder.sample_pending(now, engine.pending)
         engine.progress.check(now)
