@@ -81,3 +81,15 @@ def test_a_moved_entry_is_due_once_at_its_new_time(kind):
     agenda.schedule(owner, 2.0)
     assert agenda.first() is owner and owner.due_s == 2.0
     assert agenda.pop() is owner and owner.slot == -1 and agenda.first() is None
+
+
+def test_agendas_on_one_environment_draw_from_one_counter():
+    """A second compiled-style agenda on the same environment must not restart SimPy's ids: entries made due in
+    turn at one time keep the order they were made due in, SimPy's Timeout between them included."""
+    env = simpy.Environment()
+    first, second = HeapAgenda(env), HeapAgenda(env)
+    early, late = Owner("early", []), Owner("late", [])
+    first.schedule(early, 1.0)
+    env.timeout(1.0)
+    second.schedule(late, 1.0)
+    assert early.due_eid < env._queue[0][2] < late.due_eid

@@ -84,7 +84,9 @@ class HeapAgenda(Agenda):
 
     def __init__(self, env: simpy.Environment):
         self.heap: list[AgendaEntry] = []
-        self.ids = EventIds(next(env._eid))
+        counter = env._eid
+        # A second agenda on the same environment shares the counter, or their ids would no longer be SimPy's.
+        self.ids = counter if isinstance(counter, EventIds) else EventIds(next(counter))
         env._eid = self.ids  # type: ignore[assignment]  # typed as itertools.count; SimPy only calls next on it
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
