@@ -205,6 +205,9 @@ class ModelCosts:
         self._layers: int = spec.num_layers
         self.kv_dtype = kv_dtype or default_kv_dtype(dtype)
         self._kv_bytes_per_token: int = spec.kv_bytes_per_token(self.kv_dtype)
+        # Sizes from the architecture, summed once: policies price reloads and unloads for every victim they weigh.
+        self._weight_bytes: int = spec.weight_bytes(dtype)
+        self._layer_weight_bytes: float = spec.layer_weight_bytes(dtype)
         self._init_parallel(profile, spec, dtype, tensor_parallel, pipeline_parallel, stages_cross_nodes)
         self._gpu_prefill = _PrefillLayer(self.gpu)
         self._cpu_prefill = _PrefillLayer(self.cpu)
@@ -270,12 +273,12 @@ class ModelCosts:
         return self._kv_bytes_per_token
 
     def weight_bytes(self) -> int:
-        return self.spec.weight_bytes(self.dtype)
+        return self._weight_bytes
 
     def gpu_weight_bytes(self, gpu_share: float = 1.0) -> int:
         """Weights resident on the GPU when ``gpu_share`` of the layers are there (embeddings and head stay on GPU)."""
-        layers = self.spec.layer_weight_bytes(self.dtype) * self.gpu_layers(gpu_share)
-        rest = self.weight_bytes() - self.spec.layer_weight_bytes(self.dtype) * self._layers
+        layers = self._layer_weight_bytes * self.gpu_layers(gpu_share)
+        rest = self._weight_bytes - self._layer_weight_bytes * self._layers
         return int(layers + (rest if gpu_share > 0 else 0))
 
     # -- compute -------------------------------------------------------------------------------

@@ -174,3 +174,28 @@ def test_a_new_instance_takes_queued_requests_until_the_queues_are_even(queues, 
     from sim.fleet.controller import _shares
 
     assert _shares(queues, receiving) == expected
+
+
+class _Retired:
+    """An emptied instance the controller retires; hashed against its age, so a set iterates it youngest first."""
+
+    def __init__(self, uid: int):
+        self.uid, self.status, self.num_requests = uid, "ready", 0
+
+    def __hash__(self) -> int:
+        return -self.uid
+
+
+def test_instances_emptied_together_unload_oldest_first_whatever_the_set_order():
+    from types import SimpleNamespace
+
+    from sim.fleet.controller import FleetController
+
+    unloaded: list[int] = []
+    retired = [_Retired(uid) for uid in (3, 1, 4, 2)]
+    engine = SimpleNamespace(retiring=set(retired), unload=lambda instance, mode: unloaded.append(instance.uid))
+    assert [i.uid for i in engine.retiring] != [1, 2, 3, 4]  # the set alone would unload them out of age order
+    controller = object.__new__(FleetController)
+    controller.engine = engine
+    controller._unload_emptied()
+    assert unloaded == [1, 2, 3, 4] and not engine.retiring

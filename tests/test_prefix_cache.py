@@ -59,20 +59,29 @@ def test_block_keys_follow_the_prompt_up_to_each_block():
 
 def test_cache_counts_holders_and_evicts_the_longest_idle_tail_first():
     cache = PrefixCache()
-    for key in (10, 11, 12):
-        assert cache.insert(key)
-    assert not cache.insert(11)
-    cache.acquire([10, 11])  # a second request shares the first two
+    assert cache.insert_run([10, 11, 12], 0, 3) == 3
+    assert cache.insert_run([10, 11, 12], 1, 2) == 1  # 11 is cached already: nothing new
+    cache.acquire([10, 11, 12], 2)  # a second request shares the first two
     assert cache.holders == {10: 2, 11: 2, 12: 1}
-    assert cache.release([10, 11, 12], released_seq=1) == 1  # only 12 has nobody left
+    assert cache.release([10, 11, 12], 3, released_seq=1) == 1  # only 12 has nobody left
     assert list(cache.idle) == [12]
-    assert cache.release([10, 11], released_seq=2) == 2
+    assert cache.match_idle([10, 11, 12, 13], 9) == (3, 1)  # 10 and 11 still held
+    assert cache.release([10, 11, 12], 2, released_seq=2) == 2
     assert list(cache.idle) == [12, 11, 10]  # the prompt's end goes idle before its start
-    assert cache.match([10, 11, 12, 13], limit=4) == 3 and cache.idle_among([10, 11, 12]) == 3
+    assert cache.match([10, 11, 12, 13], limit=4) == 3 and cache.match_idle([10, 11, 12, 13], 4) == (3, 3)
+    assert cache.match_idle([10, 11, 12, 13], 2) == (2, 2)
     cache.evict(2)
     assert set(cache.holders) == {10} and cache.match([10, 11], limit=2) == 1
-    cache.acquire([10])
+    assert cache.match_idle([10, 11], 2) == (1, 1)
+    cache.acquire([10, 11], 1)
     assert not cache.idle and min(cache.holders.values()) >= 1
+
+
+def test_a_filled_run_is_cached_up_to_a_block_another_request_cached():
+    cache = PrefixCache()
+    assert cache.insert_run([1, 2], 0, 2) == 2
+    assert cache.insert_run([7, 8, 2, 9], 1, 4) == 2  # 8 is new, 2 is another's copy: 9 stays the request's own
+    assert cache.holders == {1: 1, 2: 1, 8: 1}
 
 
 def test_a_shared_prefix_is_prefilled_once():

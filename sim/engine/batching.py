@@ -29,10 +29,7 @@ def start_need(engine: Engine, instance: Instance, request: Request) -> tuple[in
         return total, 0, 0
     keys = engine.prefix_keys(request)
     # At least one prompt token is computed, as in vLLM, to produce the first output token's logits.
-    hits = cache.match(keys, (request.prefill_target - 1) // block_size)
-    if hits == 0:
-        return total, 0, 0
-    idle = cache.idle_among(keys[:hits])
+    hits, idle = cache.match_idle(keys, (request.prefill_target - 1) // block_size)
     return total - hits + idle, hits, idle
 
 
@@ -126,7 +123,7 @@ def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hit
         return
     keys = request.prefix_keys
     assert keys is not None
-    instance.prefix_cache.acquire(keys[:hits])
+    instance.prefix_cache.acquire(keys, hits)
     instance.blocks += idle_hits
     request.blocks = request.cache_blocks = hits
     request.prefilled = hits * engine.config.block_size

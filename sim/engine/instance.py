@@ -171,7 +171,7 @@ class Instance:
         shared = request.cache_blocks
         request.cache_blocks = 0
         self.gpu.releases += 1
-        return held - shared + cache.release(keys[:shared], self.gpu.releases)
+        return held - shared + cache.release(keys, shared, self.gpu.releases)
 
     # -- planning --------------------------------------------------------------------------------
     def advance(self, iterations: int) -> None:
@@ -339,10 +339,8 @@ class Instance:
         cache, keys = self.prefix_cache, request.prefix_keys
         assert cache is not None and keys is not None
         filled = min(request.prefilled // self.config.block_size, len(keys))
-        while request.cache_blocks < filled:
-            if not cache.insert(keys[request.cache_blocks]):
-                break
-            request.cache_blocks += 1
+        if request.cache_blocks < filled:
+            request.cache_blocks = cache.insert_run(keys, request.cache_blocks, filled)
 
     def _finish_due(self, engine: Engine, now: float) -> None:
         finishing = self.finishing

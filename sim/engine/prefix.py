@@ -53,37 +53,57 @@ class PrefixCache:
             hits += 1
         return hits
 
-    def idle_among(self, keys: list[int]) -> int:
-        """How many of ``keys`` (all cached) no request holds: taking them uses free blocks."""
-        idle = self.idle
-        return sum(1 for key in keys if key in idle)
-
-    def acquire(self, keys: list[int]) -> None:
-        """A request now holds these cached blocks."""
-        holders, idle = self.holders, self.idle
-        for key in keys:
-            count = holders[key]
+    def match_idle(self, keys: list[int], limit: int) -> tuple[int, int]:
+        """``match(keys, limit)``, and how many of those cached blocks no request holds (taking them uses free
+        blocks), in one pass: a prompt's run of cached blocks is hundreds long."""
+        holders = self.holders
+        hits = idle = 0
+        end = min(limit, len(keys))
+        while hits < end:
+            count = holders.get(keys[hits], -1)
+            if count < 0:
+                break
             if count == 0:
+                idle += 1
+            hits += 1
+        return hits, idle
+
+    def acquire(self, keys: list[int], count: int) -> None:
+        """A request now holds the first ``count`` of these cached blocks."""
+        holders, idle = self.holders, self.idle
+        for i in range(count):
+            key = keys[i]
+            held = holders[key]
+            if held == 0:
                 del idle[key]
-            holders[key] = count + 1
+            holders[key] = held + 1
 
-    def insert(self, key: int) -> bool:
-        """A request filled the block ``key`` and holds it; False when another copy is cached already."""
-        if key in self.holders:
-            return False
-        self.holders[key] = 1
-        return True
+    def insert_run(self, keys: list[int], start: int, end: int) -> int:
+        """A request filled the blocks ``keys[start:end]`` and holds them: cache them in order up to the first
+        one cached already (another request filled it meanwhile). Returns where that stopped."""
+        holders = self.holders
+        i = start
+        while i < end:
+            key = keys[i]
+            if key in holders:
+                break
+            holders[key] = 1
+            i += 1
+        return i
 
-    def release(self, keys: list[int], released_seq: int) -> int:
-        """A request lets go of these blocks at ``released_seq``; returns how many nobody holds now. The end
-        of a prompt goes idle first, so that it is evicted before the prefix it extends (vLLM frees a
-        request's blocks in reverse order for the same reason)."""
+    def release(self, keys: list[int], count: int, released_seq: int) -> int:
+        """A request lets go of the first ``count`` of these blocks at ``released_seq``; returns how many nobody
+        holds now. The end of a prompt goes idle first, so that it is evicted before the prefix it extends (vLLM
+        frees a request's blocks in reverse order for the same reason)."""
         holders, idle = self.holders, self.idle
         freed = 0
-        for key in reversed(keys):
-            count = holders[key] - 1
-            holders[key] = count
-            if count == 0:
+        i = count
+        while i > 0:
+            i -= 1
+            key = keys[i]
+            held = holders[key] - 1
+            holders[key] = held
+            if held == 0:
                 idle[key] = released_seq
                 freed += 1
         return freed

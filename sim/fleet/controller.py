@@ -281,7 +281,9 @@ class FleetController:
 
     def _unload_emptied(self) -> None:
         engine = self.engine
-        for instance in list(engine.retiring):
+        # Oldest first, never the set's own order: that follows memory addresses, so instances emptied together
+        # unloaded in an order that hung on what the process had run before (compare and sweeps run many in one).
+        for instance in sorted(engine.retiring, key=lambda i: i.uid):
             if instance.status == "gone" or instance.status == "draining":
                 engine.retiring.discard(instance)
             elif instance.num_requests == 0:
