@@ -45,13 +45,7 @@ class PrefixCache:
 
     def match(self, keys: list[int], limit: int) -> int:
         """How many of ``keys`` (at most ``limit``), from the first, are cached."""
-        holders = self.holders
-        hits = 0
-        for key in keys[:limit]:
-            if key not in holders:
-                break
-            hits += 1
-        return hits
+        return self.match_idle(keys, limit)[0]
 
     def match_idle(self, keys: list[int], limit: int) -> tuple[int, int]:
         """``match(keys, limit)``, and how many of those cached blocks no request holds (taking them uses free
