@@ -143,14 +143,15 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
         from calibrate.commands import table
 
         console.print(table(f"mmsim vs {result['engine']}: {spec.name} ({dtype}), {len(trace)} requests per level",
-                            ["load", "metric", "real", "simulated", "error"], summary_rows(result)))
+                            ["load", "metric", "real", "simulated", "error", "at replay speed"], summary_rows(result)))
         console.print(f"largest |error|: {result['max_abs_error_pct']:.1f}%; before the replay the engine ran "
                       f"{result['engine_drift_pct']:+.1f}% against the profile's prices of the same steps "
                       "(machine noise since calibration)", highlight=False)
         for level in result["levels"]:
             console.print(f"load {level['load']:g}: the replay's steps took {level['steps_vs_profile_pct']:+.1f}% "
                           f"against the profile's prices of them, {level['steps_off_cpu_pct']:.1f}% of their time "
-                          "with the engine off the CPU (other processes)", highlight=False)
+                          "with the engine off the CPU (other processes); \"at replay speed\": the simulator with its "
+                          "step costs scaled by that much", highlight=False)
     if max_error is not None and result["max_abs_error_pct"] > max_error:
         console.print(f"[red]an error exceeds --max-error {max_error:g}%[/]")
         raise SystemExit(1)

@@ -169,7 +169,11 @@ class VllmEngine:
                               block_size=limits.block_size, max_num_seqs=limits.max_num_seqs,
                               max_num_batched_tokens=limits.max_num_batched_tokens, max_model_len=limits.max_model_len,
                               enable_prefix_caching=False, enable_chunked_prefill=True, enforce_eager=True, seed=seed,
-                              gpu_memory_utilization=limits.gpu_memory_utilization)
+                              gpu_memory_utilization=limits.gpu_memory_utilization,
+                              # Off, as the CPU build has it: with it (vLLM's default on GPUs) a step returns the
+                              # outputs of the step before, so a step's time and composition would not match the
+                              # tokens it yields, and mmsim models steps one after another.
+                              async_scheduling=False)
             self.engine = LLMEngine.from_engine_args(args)
         except MmsimError:
             raise

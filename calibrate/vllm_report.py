@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 
-from calibrate.vllm_validate import METRICS
+from calibrate.vllm_validate import METRICS, error_text
 
 
 def _figure_svg(level: dict) -> str:
@@ -37,10 +37,6 @@ def _figure_svg(level: dict) -> str:
     return svg[svg.index("<svg"):]
 
 
-def _error_text(error: float | None) -> str:
-    return "n/a" if error is None else f"{error:+.1f}%"
-
-
 def section(result: dict) -> str:
     """The validation as an HTML fragment (a ``<section>``)."""
     parts = [f"<section id='vllm-validation'><h2>mmsim vs {html.escape(result['engine'])}: "
@@ -48,13 +44,17 @@ def section(result: dict) -> str:
              f"<p>Before the replay the engine ran {result['engine_drift_pct']:+.1f}% against the profile's prices "
              "of the same steps (machine noise since calibration).</p>"]
     for level in result["levels"]:
+        matched = level.get("errors_at_replay_speed_pct") or {}
         rows = "".join(f"<tr><td>{name}</td><td>{level['real'][name]:.4g}</td><td>{level['simulated'][name]:.4g}</td>"
-                       f"<td>{_error_text(level['errors_pct'][name])}</td></tr>" for name in METRICS)
+                       f"<td>{error_text(level['errors_pct'][name])}</td><td>{error_text(matched.get(name))}</td></tr>"
+                       for name in METRICS)
         parts.append(f"<h3>load {level['load']:g} ({level['requests']} requests)</h3>"
                      f"<p>The replay's steps took {level['steps_vs_profile_pct']:+.1f}% against the profile's prices of "
                      f"them; the engine was off the CPU (other processes) for {level['steps_off_cpu_pct']:.1f}% of "
-                     "their time.</p><table><tr><th>metric</th>"
-                     f"<th>real</th><th>simulated</th><th>error</th></tr>{rows}</table>{_figure_svg(level)}")
+                     "their time; the last column is the error with the simulator's step costs scaled by that much "
+                     "(the machine's drift since calibration taken out).</p><table><tr><th>metric</th>"
+                     f"<th>real</th><th>simulated</th><th>error</th><th>at replay speed</th></tr>{rows}</table>"
+                     f"{_figure_svg(level)}")
     parts.append("</section>")
     return "".join(parts)
 

@@ -10,6 +10,7 @@ device with the profile given, the engine section's limits and KV room to spare.
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -138,8 +139,13 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
         real = replay(engine, scaled, lambda rid: tick(f"load {load:g}: {rid} finished"), steps)
         simulated = simulate_trace(scaled, spec, config, dtype, profile, limits, engine.device)
         real_m, sim_m = metrics(real), metrics(simulated)
+        diagnostics = replay_step_diagnostics(steps, costs)
+        matched = simulate_at_speed(scaled, spec, config, dtype, profile, limits, engine.device,
+                                    1 + (diagnostics["steps_vs_profile_pct"] or 0.0) / 100)
         levels.append({"load": load, "requests": len(scaled), "real": real_m, "simulated": sim_m,
-                       "errors_pct": errors_pct(sim_m, real_m), **replay_step_diagnostics(steps, costs),
+                       "errors_pct": errors_pct(sim_m, real_m), **diagnostics,
+                       "simulated_at_replay_speed": matched,
+                       "errors_at_replay_speed_pct": None if matched is None else errors_pct(matched, real_m),
                        "per_request": {"real_e2e_s": (real["finish_s"] - real["arrival_s"]).round(6).tolist(),
                                        "simulated_e2e_s": (simulated["finish_s"] - simulated["arrival_s"]).round(6).tolist(),
                                        "real_ttft_s": (real["first_token_s"] - real["arrival_s"]).round(6).tolist(),
@@ -160,6 +166,51 @@ def replay_step_diagnostics(steps: list[StepRecord], costs: ModelCosts) -> dict:
     cpu_s = sum(step.cpu_s for step in steps)
     return {"steps_vs_profile_pct": round(100 * (wall_s / priced_s - 1), 2) if priced_s else None,
             "steps_off_cpu_pct": round(100 * (1 - cpu_s / wall_s), 2) if wall_s else None}
+
+
+def simulate_at_speed(trace: Trace, spec: ModelSpec, config: Path | None, dtype: str, profile: Path,
+                      limits: EngineLimits, device: str, factor: float) -> dict | None:
+    """:func:`simulate_trace` with ``spec``'s step costs ``factor`` times the profile's: the simulator at the speed
+    the machine ran the replay's own steps at.
+
+    On a shared machine the same step runs 10-20% slower or faster from one minute to the next, so the errors
+    against a calibration made minutes earlier mix the machine's drift with the simulator's own error. This one
+    number (the replay's step seconds over the profile's prices of the same compositions) takes the drift out;
+    what is left is the batching, queueing and cost-shape error. A diagnostic beside the plain errors; its
+    :func:`metrics`, or None when the profile has no entry of the model's own (its costs are estimates)."""
+    data = json.loads(Path(profile).read_text())
+    if spec.name not in data.get("models", {}):
+        return None
+    with tempfile.TemporaryDirectory(prefix="mmsim-speed-") as folder:
+        data["models"][spec.name] = scaled_step_costs(data["models"][spec.name], factor)
+        if data.get("step_overhead"):
+            data["step_overhead"] = scaled_step_costs(data["step_overhead"], factor)
+        path = Path(folder) / "profile.json"
+        path.write_text(json.dumps(data))
+        return metrics(simulate_trace(trace, spec, config, dtype, path, limits, device))
+
+
+NOT_STEP_COSTS = ("swap", "kv_transfer", "samples")
+"""What a model's entry holds besides step costs: reload and KV-transfer times (they move no step) and the
+samples, kept as measured."""
+
+
+def scaled_step_costs(entry, factor: float):
+    """A profile section with every step-cost time in it (keys ending ``_s``, a head grid's ``seconds``)
+    multiplied by ``factor``."""
+    if isinstance(entry, list):
+        return [scaled_step_costs(item, factor) for item in entry]
+    if not isinstance(entry, dict):
+        return entry
+    scaled = {}
+    for key, value in entry.items():
+        if key in NOT_STEP_COSTS:
+            scaled[key] = value
+        elif isinstance(value, float) and (key.endswith("_s") or key == "seconds"):
+            scaled[key] = value * factor
+        else:
+            scaled[key] = scaled_step_costs(value, factor)
+    return scaled
 
 
 def step_sample(step: StepRecord) -> dict:
@@ -186,12 +237,17 @@ def engine_drift_pct(prober: Prober, costs: ModelCosts) -> float:
 
 
 def summary_rows(result: dict) -> list[list[str]]:
-    """Per load level: the real and simulated means and the error of each metric, for a table."""
+    """Per load level: the real and simulated means, the error of each metric, and its error with the simulator at
+    the replay's own speed, for a table."""
     rows = []
     for level in result["levels"]:
+        matched = level.get("errors_at_replay_speed_pct") or {}
         for name in METRICS:
-            real, simulated, error = level["real"][name], level["simulated"][name], level["errors_pct"][name]
+            real, simulated = level["real"][name], level["simulated"][name]
             rows.append([f"{level['load']:g}", name, f"{real:.4g}", f"{simulated:.4g}",
-                         "n/a" if error is None else f"{error:+.1f}%"])
+                         error_text(level["errors_pct"][name]), error_text(matched.get(name))])
     return rows
 
+
+def error_text(error: float | None) -> str:
+    return "n/a" if error is None else f"{error:+.1f}%"
