@@ -88,15 +88,56 @@ def assert_paged_blocks(instance) -> None:
         expected = -(-request.prefilled // block_size)
         assert request.blocks == expected, (request.id, request.prefilled, request.blocks, expected)
         private += request.blocks - request.cache_blocks
-        holders.update(request.prefix_keys[:request.cache_blocks] if request.cache_blocks else ())
+        holders.update(path_blocks(request.prefix_path, request.cache_blocks))
     for request in instance.running:
         private += -(-(request.prompt_tokens + instance.generated(request)) // block_size) - request.cache_blocks
-        holders.update(request.prefix_keys[:request.cache_blocks] if request.cache_blocks else ())
+        holders.update(path_blocks(request.prefix_path, request.cache_blocks))
     cache = instance.prefix_cache
     if cache is not None:
-        assert {k: n for k, n in cache.holders.items() if n} == dict(holders), "prefix-cache holder counts"
-        assert all(n >= 0 for n in cache.holders.values()) and all(cache.holders[k] == 0 for k in cache.idle)
+        assert prefix_cache_blocks(cache)[0] == dict(holders), "prefix-cache holder counts"
     assert instance.blocks == private + len(holders), (instance.name, instance.blocks, private, len(holders))
+
+
+def path_blocks(path, count: int) -> list[tuple[int, int]]:
+    """The first ``count`` blocks of a prefix path, each as (segment key, offset in its segment)."""
+    blocks, start = [], 0
+    for key, end in zip(path.keys, path.ends) if count else ():
+        blocks += [(key, offset) for offset in range(min(end, count) - start)]
+        if end >= count:
+            break
+        start = end
+    return blocks
+
+
+def prefix_cache_blocks(cache) -> tuple[dict[tuple[int, int], int], list[tuple[tuple[int, int], int]]]:
+    """A prefix cache block by block, each as (segment key, offset): the holders of each held one, and the
+    idle ones in eviction order with their release numbers; checks that its segments and runs hold together
+    (cached and held blocks runs from each segment's first, idle runs tiling the rest, oldest on top, the
+    list of runs in release order and the counters right)."""
+    holders, listed = {}, set()
+    for key, segment in cache.segments.items():
+        assert segment.key == key and 0 <= segment.held <= segment.cached and segment.cached > 0
+        assert all(1 <= end <= segment.cached and n > 0 for end, n in segment.holders.items())
+        assert segment.held == max(segment.holders, default=0)
+        for offset in range(segment.held):
+            holders[key, offset] = sum(n for end, n in segment.holders.items() if end > offset)
+        top = segment.cached
+        for run in segment.runs:  # top first
+            assert run.segment is segment and run.hi == top and run.lo < run.hi
+            top = run.lo
+            listed.add(id(run))
+        assert top == segment.held
+        assert [run.seq for run in segment.runs] == sorted(run.seq for run in segment.runs)
+    idle, run, seen = [], cache.lru.next, set()
+    while run is not cache.lru:
+        assert run.next.prev is run and (not idle or idle[-1][1] <= run.seq)
+        idle += [((run.segment.key, offset), run.seq) for offset in range(run.hi - 1, run.lo - 1, -1)]
+        seen.add(id(run))
+        run = run.next
+    assert seen == listed, "the list of idle runs is the segments' runs"
+    assert cache.cached_blocks == sum(s.cached for s in cache.segments.values()) == len(holders) + len(idle)
+    assert cache.idle_blocks == len(idle)
+    return holders, idle
 
 
 def kv_room_hardware(model: str, block_size: int, budget: int, max_seqs: int, room_blocks: int | None):

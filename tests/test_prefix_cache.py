@@ -14,10 +14,10 @@ import pytest
 
 from sim import simulation
 from sim.engine.engine import Engine
-from sim.engine.prefix import PrefixCache, block_keys
+from sim.engine.prefix import NO_LIMIT, PrefixCache, PrefixPath, prefix_path
 from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
-from tests.conftest import assert_paged_blocks, kv_room_hardware, scenario_dict
+from tests.conftest import assert_paged_blocks, kv_room_hardware, path_blocks, prefix_cache_blocks, scenario_dict
 
 MODEL, BLOCK, ID_TOKENS, BUDGET, SEQS = "qwen2.5-3b", 16, 64, 512, 8
 
@@ -47,41 +47,53 @@ def run(rows, room_blocks=None, caching=True, mode="exact"):
         return simulation.simulate(scenario, mode=mode, chunks=[chunk])
 
 
-def test_block_keys_follow_the_prompt_up_to_each_block():
-    a = block_keys((1, 2, 3), 200, ID_TOKENS, BLOCK)
-    assert len(a) == 12  # 3 ids x 64 tokens = 192 tokens = 12 blocks of 16
-    b = block_keys((1, 2, 9), 300, ID_TOKENS, BLOCK)
-    assert a[:8] == b[:8] and a[8] != b[8]  # block 8 (tokens 128-143) lies in the third id's tokens
-    assert len(block_keys((1, 2, 3), 100, ID_TOKENS, BLOCK)) == 6  # only full blocks of the prompt
-    # A coarser engine block spans several ids: its key depends on all of them.
-    assert block_keys((1, 2), 128, 64, 128) != block_keys((1, 3), 128, 64, 128)
+def test_a_path_has_a_segment_per_id_its_blocks_end_in():
+    a = prefix_path((1, 2, 3), 200, ID_TOKENS, BLOCK)
+    assert a.blocks == 12 and a.ends == [4, 8, 12]  # 3 ids x 64 tokens = 192 tokens = 12 blocks of 16
+    b = prefix_path((1, 2, 9), 300, ID_TOKENS, BLOCK)
+    assert a.keys[:2] == b.keys[:2] and a.keys[2] != b.keys[2]  # blocks 8-11 (tokens 128-191) lie in the third id
+    assert prefix_path((1, 2, 3), 100, ID_TOKENS, BLOCK).ends == [4, 6]  # only full blocks of the prompt
+    # A coarser engine block spans several ids: its key depends on all of them, and the ids before have none.
+    assert prefix_path((1, 2), 128, 64, 128).ends == [1]
+    assert prefix_path((1, 2), 128, 64, 128).keys != prefix_path((1, 3), 128, 64, 128).keys
+    # Ids that are not a whole number of blocks: block k belongs to the id holding its last token.
+    assert prefix_path((1, 2, 3, 4), 400, 40, 16).ends == [2, 5, 7, 10]
 
 
 def test_cache_counts_holders_and_evicts_the_longest_idle_tail_first():
     cache = PrefixCache()
-    assert cache.insert_run([10, 11, 12], 0, 3) == 3
-    assert cache.insert_run([10, 11, 12], 1, 2) == 1  # 11 is cached already: nothing new
-    cache.acquire([10, 11, 12], 2)  # a second request shares the first two
-    assert cache.holders == {10: 2, 11: 2, 12: 1}
-    assert cache.release([10, 11, 12], 3, released_seq=1) == 1  # only 12 has nobody left
-    assert list(cache.idle) == [12]
-    assert cache.match_idle([10, 11, 12, 13], 9) == (3, 1)  # 10 and 11 still held
-    assert cache.release([10, 11, 12], 2, released_seq=2) == 2
-    assert list(cache.idle) == [12, 11, 10]  # the prompt's end goes idle before its start
-    assert cache.match([10, 11, 12, 13], limit=4) == 3 and cache.match_idle([10, 11, 12, 13], 4) == (3, 3)
-    assert cache.match_idle([10, 11, 12, 13], 2) == (2, 2)
-    cache.evict(2)
-    assert set(cache.holders) == {10} and cache.match([10, 11], limit=2) == 1
-    assert cache.match_idle([10, 11], 2) == (1, 1)
-    cache.acquire([10, 11], 1)
-    assert not cache.idle and min(cache.holders.values()) >= 1
+    path = PrefixPath([10, 20], [2, 3])  # blocks 0-1 in one segment, block 2 in the next
+    blocks = path_blocks(path, 3)
+    assert cache.insert_run(path, 0, 3) == 3
+    assert cache.insert_run(path, 1, 2) == 1  # block 1 is cached already: nothing new
+    cache.acquire(path, 2)  # a second request shares the first two
+    held, idle = prefix_cache_blocks(cache)
+    assert held == {blocks[0]: 2, blocks[1]: 2, blocks[2]: 1} and not idle
+    assert cache.release(path, 3, released_seq=1) == 1  # only block 2 has nobody left
+    assert prefix_cache_blocks(cache)[1] == [(blocks[2], 1)]
+    assert cache.match_idle(path, 9) == (3, 1)  # blocks 0 and 1 still held
+    assert cache.release(path, 2, released_seq=2) == 2
+    # The prompt's end goes idle before its start.
+    assert prefix_cache_blocks(cache)[1] == [(blocks[2], 1), (blocks[1], 2), (blocks[0], 2)]
+    assert cache.match(path, limit=3) == 3 and cache.match_idle(path, 3) == (3, 3)
+    assert cache.match_idle(path, 2) == (2, 2) and cache.oldest_idle_seq() == 1
+    assert cache.evict(1, before_seq=1) == 0  # nothing was released before the first release
+    assert cache.evict(2, NO_LIMIT) == 2
+    assert len(cache) == 1 and cache.match(path, limit=2) == 1
+    assert cache.match_idle(path, 2) == (1, 1)
+    cache.acquire(path, 1)
+    assert cache.idle_blocks == 0 and prefix_cache_blocks(cache)[0] == {blocks[0]: 1}
 
 
-def test_a_filled_run_is_cached_up_to_a_block_another_request_cached():
+def test_a_filled_run_is_cached_unless_another_request_cached_it_first():
     cache = PrefixCache()
-    assert cache.insert_run([1, 2], 0, 2) == 2
-    assert cache.insert_run([7, 8, 2, 9], 1, 4) == 2  # 8 is new, 2 is another's copy: 9 stays the request's own
-    assert cache.holders == {1: 1, 2: 1, 8: 1}
+    path = PrefixPath([1, 2], [4, 8])
+    assert cache.insert_run(path, 0, 2) == 2  # A fills blocks 0-1
+    cache.acquire(path, 2)  # B starts with A's two blocks
+    assert cache.insert_run(path, 2, 6) == 6  # A fills blocks 2-5, into the second segment
+    assert cache.insert_run(path, 2, 8) == 2  # B filled them too: its copies stay its own
+    assert prefix_cache_blocks(cache)[0] == {**{block: 2 for block in path_blocks(path, 2)},
+                                             **{block: 1 for block in path_blocks(path, 6)[2:]}}
 
 
 def test_a_shared_prefix_is_prefilled_once():

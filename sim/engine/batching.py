@@ -27,9 +27,9 @@ def start_need(engine: Engine, instance: Instance, request: Request) -> tuple[in
     cache = instance.prefix_cache
     if cache is None or request.prefix_ids is None:
         return total, 0, 0
-    keys = engine.prefix_keys(request)
+    path = engine.prefix_path(request)
     # At least one prompt token is computed, as in vLLM, to produce the first output token's logits.
-    hits, idle = cache.match_idle(keys, (request.prefill_target - 1) // block_size)
+    hits, idle = cache.match_idle(path, (request.prefill_target - 1) // block_size)
     return total - hits + idle, hits, idle
 
 
@@ -121,9 +121,9 @@ def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hit
     instance.prefix_query_tokens += request.prefill_target
     if hits == 0:
         return
-    keys = request.prefix_keys
-    assert keys is not None
-    instance.prefix_cache.acquire(keys, hits)
+    path = request.prefix_path
+    assert path is not None
+    instance.prefix_cache.acquire(path, hits)
     instance.blocks += idle_hits
     request.blocks = request.cache_blocks = hits
     request.prefilled = hits * engine.config.block_size

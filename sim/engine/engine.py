@@ -21,7 +21,7 @@ from sim.engine.events import make_agenda
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
-from sim.engine.prefix import block_keys
+from sim.engine.prefix import EMPTY_PATH, PrefixPath, prefix_path
 from sim.engine.memory import fitting_tokens, reserve_bytes, shard_fractions
 from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
@@ -256,15 +256,15 @@ class Engine:
         request.drop_reason = reason
         self.recorder.request(request, reason)
 
-    def prefix_keys(self, request: Request) -> list[int]:
-        """The prefix-cache keys of ``request``'s prompt blocks (none without prefix ids); made once."""
-        keys = request.prefix_keys
-        if keys is None:
+    def prefix_path(self, request: Request) -> PrefixPath:
+        """The prefix-cache segments of ``request``'s prompt blocks (none without prefix ids); made once."""
+        path = request.prefix_path
+        if path is None:
             if request.prefix_ids is None:
-                return []
-            keys = request.prefix_keys = block_keys(request.prefix_ids, request.prompt_tokens,
-                                                    self.config.prefix_block_tokens, self.config.block_size)
-        return keys
+                return EMPTY_PATH
+            path = request.prefix_path = prefix_path(request.prefix_ids, request.prompt_tokens,
+                                                     self.config.prefix_block_tokens, self.config.block_size)
+        return path
 
     def route(self, request: Request, candidates: list[Instance] | None = None) -> Instance | None:
         """The instance the scenario's routing rule picks for ``request`` (among ``candidates``, if given)."""
@@ -360,7 +360,7 @@ class Engine:
     # -- completion ----------------------------------------------------------------------------------
     def finish(self, instance: Instance, request: Request, now: float) -> None:
         instance.release(request)
-        request.prefix_keys = None  # O(prompt blocks) per request: kept only while it runs
+        request.prefix_path = None  # O(prompt segments) per request: kept only while it runs
         request.finish_s = now
         request.state = "finished"
         self.recorder.request(request)

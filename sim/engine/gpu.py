@@ -16,6 +16,7 @@ import simpy
 
 from sim.engine.events import Agenda, AgendaEntry, process_now
 from sim.engine.instance import Instance
+from sim.engine.prefix import evict_oldest
 from sim.engine.step import Step
 
 if TYPE_CHECKING:
@@ -59,29 +60,20 @@ class Gpu(AgendaEntry):
 
     def idle_cache_bytes(self) -> int:
         """Memory held by cached prefix blocks no request holds: free to allocate, evicted when needed."""
-        return sum(len(i.prefix_cache.idle) * i.block_bytes for i in self.instances if i.prefix_cache is not None)
+        return sum(i.prefix_cache.idle_blocks * i.block_bytes for i in self.instances if i.prefix_cache is not None)
 
     def settle_idle_cache(self, allocating: Instance) -> None:
         """``allocating`` just took free blocks, some of which may have been idle cached ones (its own, or on a
         shared GPU any instance's): evict those. The common case, one instance with nothing idle, costs a check."""
-        if len(self.instances) > 1 or (allocating.prefix_cache is not None and allocating.prefix_cache.idle):
+        if len(self.instances) > 1 or (allocating.prefix_cache is not None and allocating.prefix_cache.idle_blocks):
             self.evict_idle_cache()
 
     def evict_idle_cache(self) -> None:
         """Evict idle cached blocks, released longest ago first across this GPU's instances, until the rest
         fit in the free memory (allocations take free blocks, and an idle cached block is a free one)."""
         over = self.idle_cache_bytes() - self.free_bytes()
-        while over > 0:
-            holding = [(i.prefix_cache, i.block_bytes) for i in self.instances
-                       if i.prefix_cache is not None and i.prefix_cache.idle]
-            if len(holding) == 1:
-                cache, block_bytes = holding[0]
-                blocks = -(-over // block_bytes)  # one cache: its oldest blocks, all at once
-            else:
-                cache, block_bytes = min(holding, key=lambda held: held[0].oldest_idle_seq())
-                blocks = 1
-            cache.evict(blocks)
-            over -= blocks * block_bytes
+        if over > 0:
+            evict_oldest([(i.prefix_cache, i.block_bytes) for i in self.instances if i.prefix_cache is not None], over)
 
     def in_flight_bytes(self) -> int:
         """KV the iteration now running will allocate when it ends (its decodes' new blocks).

@@ -166,12 +166,12 @@ class Instance:
     def _release_cached(self, request: Request, held: int) -> int:
         """Let go of a request's ``held`` blocks, the first of which are the prefix cache's: returns how
         many this instance no longer counts (its own, and cached ones nobody else holds, which turn idle)."""
-        cache, keys = self.prefix_cache, request.prefix_keys
-        assert cache is not None and keys is not None
+        cache, path = self.prefix_cache, request.prefix_path
+        assert cache is not None and path is not None
         shared = request.cache_blocks
         request.cache_blocks = 0
         self.gpu.releases += 1
-        return held - shared + cache.release(keys, shared, self.gpu.releases)
+        return held - shared + cache.release(path, shared, self.gpu.releases)
 
     # -- planning --------------------------------------------------------------------------------
     def advance(self, iterations: int) -> None:
@@ -293,7 +293,7 @@ class Instance:
         so that it needs fewer free blocks at the boundary after them than it does now."""
         if self.prefix_cache is None or not self.waiting or self.waiting[0].prefix_ids is None:
             return False
-        return any(request.prefix_keys is not None for request, _ in prefills)
+        return any(request.prefix_path is not None for request, _ in prefills)
 
     def _nothing_can_start(self, engine: Engine, after_prefill: bool) -> bool:
         """Whether no waiting or swapped request can start at a boundary before the next completion, so that
@@ -336,11 +336,11 @@ class Instance:
     def _cache_filled_blocks(self, request: Request) -> None:
         """Hand the prompt blocks a chunk filled to the prefix cache, up to the first one cached already
         (another request filled it meanwhile: this copy stays the request's own until that one is evicted)."""
-        cache, keys = self.prefix_cache, request.prefix_keys
-        assert cache is not None and keys is not None
-        filled = min(request.prefilled // self.config.block_size, len(keys))
+        cache, path = self.prefix_cache, request.prefix_path
+        assert cache is not None and path is not None
+        filled = min(request.prefilled // self.config.block_size, path.blocks)
         if request.cache_blocks < filled:
-            request.cache_blocks = cache.insert_run(keys, request.cache_blocks, filled)
+            request.cache_blocks = cache.insert_run(path, request.cache_blocks, filled)
 
     def _finish_due(self, engine: Engine, now: float) -> None:
         finishing = self.finishing
@@ -351,7 +351,7 @@ class Instance:
 
     def _finish_prefill_chunk(self, engine: Engine, request: Request, chunk: int, now: float) -> None:
         request.prefilled += chunk
-        if request.prefix_keys is not None:
+        if request.prefix_path is not None:
             self._cache_filled_blocks(request)
         if request.prefilled < request.prefill_target:
             return

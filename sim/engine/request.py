@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from sim.engine.instance import Instance
+    from sim.engine.prefix import PrefixPath
 
 LOSS_CAUSES: Final = ("reload", "unload", "kv_out", "kv_in", "recompute", "waiting")
 """Why a preempted request was paused; each gets its own seconds column in the results."""
@@ -28,7 +29,7 @@ class Request:
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "join_seq",
         "preempted_at_s", "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids",
-        "prefix_keys", "cache_blocks", "cached_tokens",
+        "prefix_path", "cache_blocks", "cached_tokens",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -62,7 +63,7 @@ class Request:
         self.unplaced = False  # in its model's pending queue (no instance holds it)
         self.admitted_seq = 0  # when it last joined a batch (prefill admission or swap-in), in the engine's order
         self.prefix_ids = prefix_ids  # the trace's ids of its prompt's prefix blocks, if any
-        self.prefix_keys: list[int] | None = None  # its KV blocks' prefix-cache keys, made when first looked up
+        self.prefix_path: PrefixPath | None = None  # its KV blocks' prefix-cache segments, made when first looked up
         self.cache_blocks = 0  # of its blocks, how many (from the first) are the prefix cache's, perhaps shared
         self.cached_tokens = 0  # prompt tokens its first prefill found in the prefix cache
 

@@ -61,14 +61,14 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
     total = _book_weights(engine, costs, gpu_share, spans, from_host)
     engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total,
                           detail=f"share={gpu_share:g} from={'host' if from_host else 'disk'}")
-    prefixes: list[int] = []
+    prefixes: list[tuple[int, int, int]] = []
     if model in node.host_prefixes and instance.prefix_cache is not None:
-        prefixes, _ = node.host_prefixes.pop(model)
+        prefixes, blocks, _ = node.host_prefixes.pop(model)
         # The prefix blocks come back over the link while the weights load; ready when both are in.
-        restore_s = node.transfer(env.now, costs.kv_transfer_s(len(prefixes) * engine.config.block_size, "host_to_device"),
+        restore_s = node.transfer(env.now, costs.kv_transfer_s(blocks * engine.config.block_size, "host_to_device"),
                                   "host_to_device")
         engine.recorder.event(env.now, "prefix_in", gpu.index, instance.name, duration_s=restore_s,
-                              detail=f"blocks={len(prefixes)}")
+                              detail=f"blocks={blocks}")
         total = max(total, restore_s)
     env.process(_finish_load(engine, instance, total, prefixes))
     return instance
@@ -125,7 +125,8 @@ def _book_weights(engine: Engine, costs, gpu_share: float, spans: list[Gpu], fro
     return total
 
 
-def _finish_load(engine: Engine, instance: Instance, seconds: float, prefixes: list[int]) -> Generator[simpy.Event, None, None]:
+def _finish_load(engine: Engine, instance: Instance, seconds: float,
+                 prefixes: list[tuple[int, int, int]]) -> Generator[simpy.Event, None, None]:
     yield engine.env.timeout(seconds)
     if instance.status != "loading" and instance.status != "starting":
         return  # unloaded before its weights were in
@@ -165,15 +166,16 @@ def unload(engine: Engine, instance: Instance, mode: str = "swap", keep_on_host:
 def _keep_prefixes(engine: Engine, instance: Instance, now: float) -> float:
     """Copy the instance's cached prefix blocks (by now all idle) to its node's RAM; returns the seconds."""
     cache = instance.prefix_cache
-    if cache is None or not cache.idle:
+    if cache is None or not cache.idle_blocks:
         return 0.0
-    keys = list(cache.idle)  # oldest released first: the order they are evicted in
+    blocks = cache.idle_blocks
     node = engine.nodes[instance.gpu.node]
-    if not node.keep_prefixes(instance.model, keys, len(keys) * instance.block_bytes):
+    # Oldest released first: the order they are evicted in.
+    if not node.keep_prefixes(instance.model, cache.idle_runs(), blocks, blocks * instance.block_bytes):
         return 0.0
-    seconds = node.transfer(now, instance.costs.kv_transfer_s(len(keys) * engine.config.block_size, "device_to_host"),
+    seconds = node.transfer(now, instance.costs.kv_transfer_s(blocks * engine.config.block_size, "device_to_host"),
                             "device_to_host")
-    engine.recorder.event(now, "prefix_out", instance.gpu.index, instance.name, duration_s=seconds, detail=f"blocks={len(keys)}")
+    engine.recorder.event(now, "prefix_out", instance.gpu.index, instance.name, duration_s=seconds, detail=f"blocks={blocks}")
     return seconds
 
 

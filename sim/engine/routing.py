@@ -55,13 +55,13 @@ class Router:
     def _best_scored(self, engine: Engine, request: Request, pool: list[Instance]) -> Instance:
         queues = [len(i.waiting) + len(i.swapped) for i in pool]
         shortest, longest = min(queues), max(queues)
-        keys = engine.prefix_keys(request)
+        path = engine.prefix_path(request)
         weights = self.weights
         best, best_key = pool[0], (-1.0, 0, 0)
         for instance, queued in zip(pool, queues):
             prefix = 0.0
-            if keys and instance.prefix_cache is not None:
-                prefix = instance.prefix_cache.match(keys, len(keys)) / len(keys)
+            if path.blocks and instance.prefix_cache is not None:
+                prefix = instance.prefix_cache.match(path, path.blocks) / path.blocks
             queue = 1.0 if longest == shortest else (longest - queued) / (longest - shortest)
             held = instance.blocks
             total = held + instance.free_blocks()

@@ -30,8 +30,8 @@ class Node:
         self.disk_ready_s: dict[int, float] = {}  # model -> when a cold start's fetch of its weights is on disk
         self.host_kv_bytes = 0
         self.host_weights: dict[int, int] = {}  # model -> bytes of its weights cached in host RAM
-        # model -> (prefix-cache keys, oldest first, and their bytes) kept in host RAM by an unload
-        self.host_prefixes: dict[int, tuple[list[int], int]] = {}
+        # model -> (prefix-cache idle runs, oldest first, their blocks and bytes) kept in host RAM by an unload
+        self.host_prefixes: dict[int, tuple[list[tuple[int, int, int]], int, int]] = {}
         self.free_at = {"host_to_device": 0.0, "device_to_host": 0.0, "disk": 0.0}
 
     def provision(self, now: float) -> None:
@@ -61,7 +61,7 @@ class Node:
 
     def host_free_bytes(self) -> int:
         return (self.host_memory_bytes - self.host_kv_bytes - sum(self.host_weights.values())
-                - sum(held for _, held in self.host_prefixes.values()))
+                - sum(held for _, _, held in self.host_prefixes.values()))
 
     def reserve_host(self, kv_bytes: int) -> bool:
         """Hold swapped KV in host RAM if it fits next to cached weights."""
@@ -79,13 +79,13 @@ class Node:
         self.host_weights[model] = weight_bytes
         return True
 
-    def keep_prefixes(self, model: int, keys: list[int], prefix_bytes: int) -> bool:
+    def keep_prefixes(self, model: int, runs: list[tuple[int, int, int]], blocks: int, prefix_bytes: int) -> bool:
         """Hold a model's cached prefix blocks in host RAM (an LMCache-style CPU tier) if they fit beside
         what is there; a newer copy replaces an older one."""
         self.host_prefixes.pop(model, None)
         if prefix_bytes > self.host_free_bytes():
             return False
-        self.host_prefixes[model] = (keys, prefix_bytes)
+        self.host_prefixes[model] = (runs, blocks, prefix_bytes)
         return True
 
     def release_host(self, kv_bytes: int) -> None:

@@ -154,7 +154,7 @@ class ClusterView:
         """GPU memory of ``instance``'s cached prompt-prefix blocks (held or idle): what unloading it loses,
         unless it keeps them in host RAM."""
         cache = instance.prefix_cache
-        return 0 if cache is None else len(cache) * instance.block_bytes
+        return 0 if cache is None else cache.cached_blocks * instance.block_bytes
 
     def host_room_for(self, node: int, nbytes: int) -> bool:
         """Whether ``node``'s RAM has ``nbytes`` free beside swapped KV, cached weights and prefixes."""
