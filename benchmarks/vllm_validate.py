@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.vllm_engine import TINY_QWEN2
+from calibrate.vllm_validate import error_text
 
 LEVELS = {"light": 0.2, "mid": 0.6, "heavy": 1.5}
 TARGETS_PCT = {"e2e_mean_s": 10, "e2e_p90_s": 10, "ttft_mean_s": 15, "throughput_tokens_per_s": 5}
@@ -104,8 +105,12 @@ def main() -> int:
     print(f"engine drift before the replay: {result['engine_drift_pct']:+.1f}% (the real engine's steps against the "
           "profile's prices of them: machine noise since calibration)")
     for name, level in zip(LEVELS, result["levels"]):
+        kinds = level["steps_vs_profile_by_kind_pct"]
         print(f"{name}: the replay's steps took {level['steps_vs_profile_pct']:+.1f}% against the profile's prices of "
-              f"them; engine off the CPU {level['steps_off_cpu_pct']:.1f}% of their time")
+              f"them (decode-only {error_text(kinds['decode'])}, with prefills {error_text(kinds['prefill'])}); engine "
+              f"off the CPU {level['steps_off_cpu_pct']:.1f}% of their time; the replay ran decode work "
+              f"x{level['replay_speed']['decode']:.3f} and prefill work x{level['replay_speed']['prefill']:.3f} "
+              "the profile's prices (the \"at replay speed\" column's simulator)")
     print(f"1-minute load average before calibration / before validation / after: "
           f"{' / '.join(f'{load:.2f}' for load in loads_seen)}")
     print(f"validation: {validated:.0f} s; {failures} target(s) missed ({matched_failures} with the simulator at the "

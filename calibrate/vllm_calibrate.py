@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from calibrate.vllm_engine import EngineLimits, VllmEngine, engine_version, model_folder
+from calibrate.vllm_engine import EngineLimits, StepRecord, VllmEngine, engine_version, model_folder
 from calibrate.vllm_fit import fit_engine_samples, quadratic, whole_step_errors
 from calibrate.vllm_probes import Prober, Tick, plan_for, summarise
 from sim.catalogue import ModelSpec
@@ -74,6 +74,12 @@ def predicted_step_s(costs: ModelCosts, sample: dict) -> float:
     prefills = sample["prefills"]
     return costs.mixed_step_s(sample["batch"], sample["context_tokens"], sum(p for p, _ in prefills), quadratic(prefills),
                               len(prefills))
+
+
+def step_sample(step: StepRecord) -> dict:
+    """A step's composition as ``predicted_step_s`` reads it."""
+    return {"batch": len(step.decode_contexts), "context_tokens": float(sum(step.decode_contexts)),
+            "prefills": [list(p) for p in step.prefills]}
 
 
 def model_entry(request: EngineCalibration, fit: dict, samples: list[dict]) -> dict:

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from calibrate.vllm_calibrate import EngineCalibration, probe_count, run_engine_calibration
 from calibrate.vllm_engine import TINY_QWEN2, EngineLimits, VllmEngine, model_folder, require_vllm
 from calibrate.vllm_report import write_html
-from calibrate.vllm_validate import Trace, summary_rows, validate_levels
+from calibrate.vllm_validate import Trace, error_text, summary_rows, validate_levels
 from sim.catalogue import ModelSpec, get_model, model_from_hf_config, register_model
 from sim.errors import MmsimError
 
@@ -148,10 +148,13 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
                       f"{result['engine_drift_pct']:+.1f}% against the profile's prices of the same steps "
                       "(machine noise since calibration)", highlight=False)
         for level in result["levels"]:
+            kinds = level["steps_vs_profile_by_kind_pct"]
             console.print(f"load {level['load']:g}: the replay's steps took {level['steps_vs_profile_pct']:+.1f}% "
-                          f"against the profile's prices of them, {level['steps_off_cpu_pct']:.1f}% of their time "
+                          f"against the profile's prices of them (decode-only {error_text(kinds['decode'])}, with "
+                          f"prefills {error_text(kinds['prefill'])}), {level['steps_off_cpu_pct']:.1f}% of their time "
                           "with the engine off the CPU (other processes); \"at replay speed\": the simulator with its "
-                          "step costs scaled by that much", highlight=False)
+                          f"decode work priced x{level['replay_speed']['decode']:.3f} and its prefill work "
+                          f"x{level['replay_speed']['prefill']:.3f}, as the replay ran them", highlight=False)
     if max_error is not None and result["max_abs_error_pct"] > max_error:
         console.print(f"[red]an error exceeds --max-error {max_error:g}%[/]")
         raise SystemExit(1)

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.vllm_calibrate import predicted_step_s
+from calibrate.vllm_calibrate import predicted_step_s, step_sample
 from calibrate.vllm_engine import TINY_QWEN2, EngineLimits, StepRecord, VllmEngine, engine_version
 from calibrate.vllm_prefix import (MODEL, PrefixCase, PrefixRequest, _count_admissions, hit_rate_pct, prefix_trace,
                                    simulate_prefix_trace)
 from calibrate.vllm_probes import Prober, plan_for
-from calibrate.vllm_validate import engine_drift_pct, metrics, replay_step_diagnostics, step_sample
+from calibrate.vllm_validate import engine_drift_pct, metrics, replay_step_diagnostics
 from sim.catalogue import model_from_hf_config, register_model
 from sim.costs import ModelCosts
 from sim.errors import MmsimError

@@ -22,6 +22,8 @@ import pandas as pd
 
 from calibrate.vllm_engine import EngineLimits, StepRecord, VllmEngine, engine_version
 from calibrate.vllm_probes import Prober, plan_for
+from calibrate.vllm_calibrate import predicted_step_s, step_sample
+from calibrate.vllm_speed import replay_speed, with_step_costs_scaled
 from sim.catalogue import ModelSpec
 from sim.costs import ModelCosts
 from sim.profile import load_profile
@@ -132,6 +134,7 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
     prober = Prober(engine)
     prober.warm_up(plan_for(True, limits))
     costs = ModelCosts(load_profile(profile), spec, dtype)
+    profile_data = json.loads(Path(profile).read_text())
     drift = engine_drift_pct(prober, costs)
     for load in loads:
         scaled = trace.at_load(load)
@@ -139,11 +142,11 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
         real = replay(engine, scaled, lambda rid: tick(f"load {load:g}: {rid} finished"), steps)
         simulated = simulate_trace(scaled, spec, config, dtype, profile, limits, engine.device)
         real_m, sim_m = metrics(real), metrics(simulated)
-        diagnostics = replay_step_diagnostics(steps, costs)
-        matched = simulate_at_speed(scaled, spec, config, dtype, profile, limits, engine.device,
-                                    1 + (diagnostics["steps_vs_profile_pct"] or 0.0) / 100)
+        speed = replay_speed(steps, profile_data, spec, dtype) if spec.name in profile_data["models"] else (1.0, 1.0)
+        matched = simulate_at_speed(scaled, spec, config, dtype, profile, limits, engine.device, speed)
         levels.append({"load": load, "requests": len(scaled), "real": real_m, "simulated": sim_m,
-                       "errors_pct": errors_pct(sim_m, real_m), **diagnostics,
+                       "errors_pct": errors_pct(sim_m, real_m), **replay_step_diagnostics(steps, costs),
+                       "replay_speed": {"decode": round(speed[0], 4), "prefill": round(speed[1], 4)},
                        "simulated_at_replay_speed": matched,
                        "errors_at_replay_speed_pct": None if matched is None else errors_pct(matched, real_m),
                        "per_request": {"real_e2e_s": (real["finish_s"] - real["arrival_s"]).round(6).tolist(),
@@ -159,70 +162,38 @@ def replay_step_diagnostics(steps: list[StepRecord], costs: ModelCosts) -> dict:
     """How the replay's own steps compare with the profile: their time over the profile's prices of the same
     compositions (+: the engine ran slower than calibrated), and the share of their time the engine's thread
     was off the CPU (other processes had it). Diagnostics of the machine's noise, not corrections."""
-    from calibrate.vllm_calibrate import predicted_step_s
+    def against_profile(chosen: list[StepRecord]) -> float | None:
+        wall_s = sum(step.wall_s for step in chosen)
+        priced_s = sum(predicted_step_s(costs, step_sample(step)) for step in chosen)
+        return round(100 * (wall_s / priced_s - 1), 2) if priced_s else None
 
     wall_s = sum(step.wall_s for step in steps)
-    priced_s = sum(predicted_step_s(costs, step_sample(step)) for step in steps)
     cpu_s = sum(step.cpu_s for step in steps)
-    return {"steps_vs_profile_pct": round(100 * (wall_s / priced_s - 1), 2) if priced_s else None,
+    # By kind too: a machine's drift need not slow compute-bound prefills and overhead-bound decodes alike, and
+    # first tokens come out of the steps holding prefills.
+    return {"steps_vs_profile_pct": against_profile(steps),
+            "steps_vs_profile_by_kind_pct": {"decode": against_profile([s for s in steps if not s.prefills]),
+                                             "prefill": against_profile([s for s in steps if s.prefills])},
             "steps_off_cpu_pct": round(100 * (1 - cpu_s / wall_s), 2) if wall_s else None}
 
 
 def simulate_at_speed(trace: Trace, spec: ModelSpec, config: Path | None, dtype: str, profile: Path,
-                      limits: EngineLimits, device: str, factor: float) -> dict | None:
-    """:func:`simulate_trace` with ``spec``'s step costs ``factor`` times the profile's: the simulator at the speed
-    the machine ran the replay's own steps at.
-
-    On a shared machine the same step runs 10-20% slower or faster from one minute to the next, so the errors
-    against a calibration made minutes earlier mix the machine's drift with the simulator's own error. This one
-    number (the replay's step seconds over the profile's prices of the same compositions) takes the drift out;
-    what is left is the batching, queueing and cost-shape error. A diagnostic beside the plain errors; its
-    :func:`metrics`, or None when the profile has no entry of the model's own (its costs are estimates)."""
+                      limits: EngineLimits, device: str, speed: tuple[float, float]) -> dict | None:
+    """:func:`metrics` of :func:`simulate_trace` with ``spec``'s step costs scaled by ``speed`` (decode work,
+    prefill work: :func:`calibrate.vllm_speed.replay_speed`): the simulator at the speed the machine ran the
+    replay at. None when the profile has no entry of the model's own (its costs are estimates)."""
     data = json.loads(Path(profile).read_text())
     if spec.name not in data.get("models", {}):
         return None
     with tempfile.TemporaryDirectory(prefix="mmsim-speed-") as folder:
-        data["models"][spec.name] = scaled_step_costs(data["models"][spec.name], factor)
-        if data.get("step_overhead"):
-            data["step_overhead"] = scaled_step_costs(data["step_overhead"], factor)
         path = Path(folder) / "profile.json"
-        path.write_text(json.dumps(data))
+        path.write_text(json.dumps(with_step_costs_scaled(data, spec.name, *speed)))
         return metrics(simulate_trace(trace, spec, config, dtype, path, limits, device))
-
-
-NOT_STEP_COSTS = ("swap", "kv_transfer", "samples")
-"""What a model's entry holds besides step costs: reload and KV-transfer times (they move no step) and the
-samples, kept as measured."""
-
-
-def scaled_step_costs(entry, factor: float):
-    """A profile section with every step-cost time in it (keys ending ``_s``, a head grid's ``seconds``)
-    multiplied by ``factor``."""
-    if isinstance(entry, list):
-        return [scaled_step_costs(item, factor) for item in entry]
-    if not isinstance(entry, dict):
-        return entry
-    scaled = {}
-    for key, value in entry.items():
-        if key in NOT_STEP_COSTS:
-            scaled[key] = value
-        elif isinstance(value, float) and (key.endswith("_s") or key == "seconds"):
-            scaled[key] = value * factor
-        else:
-            scaled[key] = scaled_step_costs(value, factor)
-    return scaled
-
-
-def step_sample(step: StepRecord) -> dict:
-    """A step's composition as ``predicted_step_s`` reads it."""
-    return {"batch": len(step.decode_contexts), "context_tokens": float(sum(step.decode_contexts)),
-            "prefills": [list(p) for p in step.prefills]}
 
 
 def engine_drift_pct(prober: Prober, costs: ModelCosts) -> float:
     """How much slower (+) or faster (-) this engine runs now than the profile prices the same steps: a few
     decode and prefill probes, before the replay. A diagnostic of the machine's noise, not a correction."""
-    from calibrate.vllm_calibrate import predicted_step_s
     from calibrate.vllm_probes import ProbePlan, summarise
 
     prober.steps.clear()

@@ -16,7 +16,7 @@ import pytest
 
 from calibrate.vllm_engine import TINY_QWEN2
 from calibrate.vllm_probes import QUICK
-from calibrate.vllm_validate import scaled_step_costs
+from calibrate.vllm_speed import scaled_step_costs
 from sim.cli import main
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
@@ -80,6 +80,31 @@ def test_at_replay_speed_every_step_cost_scales_and_nothing_else():
             1.25 * before.mixed_step_s(batch, context, prefill, quadratic, chunks), rel=1e-12)
     assert after.reload_s() == before.reload_s() and after.unload_s() == before.unload_s()
     assert after.kv_transfer_s(1000, "device_to_host") == before.kv_transfer_s(1000, "device_to_host")
+
+
+def test_the_replay_speed_is_found_apart_for_decode_and_prefill_work():
+    """Steps whose decode work ran 1.3x its price and prefill work 0.9x: both factors come back, and the profile
+    at them prices every step as it ran."""
+    from calibrate.vllm_calibrate import predicted_step_s, step_sample
+    from calibrate.vllm_engine import StepRecord
+    from calibrate.vllm_speed import replay_speed, with_step_costs_scaled
+    from sim.catalogue import get_model
+    from sim.costs import ModelCosts
+    from sim.profile import parse_profile
+
+    data = json.loads((Path(__file__).parents[1] / "sim/data/profiles/paper-rtx5000.json").read_text())
+    spec = get_model("qwen3-8b")
+    price = lambda d, step: predicted_step_s(ModelCosts(parse_profile(d, "t"), spec, "fp16"), step_sample(step))
+    no_prefill = with_step_costs_scaled(data, "qwen3-8b", 1.0, 0.0)
+    steps = [StepRecord(0, 0, 0, decode_contexts=[300, 900]), StepRecord(0, 0, 0, decode_contexts=[40] * 12),
+             StepRecord(0, 0, 0, prefills=[(512, 0)]), StepRecord(0, 0, 0, decode_contexts=[700], prefills=[(96, 2048)])]
+    for step in steps:
+        rest = price(no_prefill, step)
+        step.wall_s = 1.3 * rest + 0.9 * (price(data, step) - rest)
+    decode, prefill = replay_speed(steps, data, spec, "fp16")
+    assert decode == pytest.approx(1.3, rel=1e-9) and prefill == pytest.approx(0.9, rel=1e-9)
+    at_speed = with_step_costs_scaled(data, "qwen3-8b", decode, prefill)
+    assert all(price(at_speed, step) == pytest.approx(step.wall_s, rel=1e-9) for step in steps)
 
 
 @pytest.mark.skipif(not HAVE_VLLM, reason="vLLM is not installed (pip install -e '.[vllm]')")
