@@ -199,7 +199,6 @@ class PrefixCache:
         holds now. The end of a prompt goes idle first, so that it is evicted before the prefix it extends (vLLM
         frees a request's blocks in reverse order for the same reason)."""
         segments, keys, ends = self.segments, path.keys, path.ends
-        lru = self.lru
         i = 0
         while ends[i] < count:
             i += 1
@@ -216,17 +215,23 @@ class PrefixCache:
                 del holders[run]
                 if run == segment.held:
                     held = max(holders) if holders else 0
-                    idle = IdleRun(segment, held, run, released_seq)
-                    idle.prev = lru.prev
-                    idle.next = lru
-                    lru.prev.next = idle
-                    lru.prev = idle
-                    segment.runs.append(idle)
+                    self._append_idle(segment, held, run, released_seq)
                     segment.held = held
                     freed += run - held
             i -= 1
         self.idle_blocks += freed
         return freed
+
+    def _append_idle(self, segment: Segment, lo: int, hi: int, seq: int) -> None:
+        """Blocks ``lo``..``hi - 1`` of ``segment`` went idle at ``seq``: the newest run, at the bottom of the
+        segment's stack and the end of the eviction list."""
+        idle = IdleRun(segment, lo, hi, seq)
+        lru = self.lru
+        idle.prev = lru.prev
+        idle.next = lru
+        lru.prev.next = idle
+        lru.prev = idle
+        segment.runs.append(idle)
 
     def oldest_idle_seq(self) -> int:
         """When the idle block released longest ago was released (it is evicted next)."""
@@ -247,18 +252,13 @@ class PrefixCache:
         """Blocks brought back from host RAM (:meth:`idle_runs` of an unloaded instance) into this empty cache,
         oldest first: cached, idle, evicted before anything newer."""
         assert not self.segments  # restored while the instance loads: nothing has run on it
-        segments, lru = self.segments, self.lru
+        segments = self.segments
         for key, lo, hi in runs:
             segment = segments.get(key)
             if segment is None:
                 segment = segments[key] = Segment(key)
             segment.cached = max(segment.cached, hi)
-            idle = IdleRun(segment, lo, hi, released_seq)
-            idle.prev = lru.prev
-            idle.next = lru
-            lru.prev.next = idle
-            lru.prev = idle
-            segment.runs.append(idle)
+            self._append_idle(segment, lo, hi, released_seq)
             self.cached_blocks += hi - lo
             self.idle_blocks += hi - lo
 
