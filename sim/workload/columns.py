@@ -1,4 +1,4 @@
-"""Column-level helpers for :class:`RequestChunk`: optional columns, slicing and joining.
+"""Column-level helpers for :class:`RequestChunk`: the native columns' rules, optional columns, slicing and joining.
 
 Optional columns (``priority``, ``slo_class``, ``prefix_ids``) are ``None`` on a
 chunk whose source has no such column. When chunks with different optional
@@ -7,15 +7,46 @@ columns are joined, the missing values take the defaults below.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 import numpy as np
 
 from sim.workload.chunk import RequestChunk
+from sim.workload.rows import finite_numbers, whole_numbers
 
 REQUIRED_COLUMNS = ("arrival_s", "model", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("priority", "slo_class", "prefix_ids")
 NATIVE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+
+def native_numbers(name: str, values):
+    """(values, bad mask, reason) for a native number column: arrival times finite and >= 0, token counts whole
+    and >= 1, priorities whole and >= 0 (gaps in priority already filled with 0)."""
+    if name == "arrival_s":
+        return finite_numbers(values, name, minimum=0.0)
+    return whole_numbers(values, name, minimum=0 if name == "priority" else 1)
+
+
+def parse_prefix_ids(value, text: bool):
+    """A tuple of ints, None when absent or empty, or False when malformed.
+
+    CSV cells hold space-separated ids; JSON and Parquet hold lists of integers.
+    """
+    if value is None:
+        return None
+    if text:
+        if not isinstance(value, str):
+            return False
+        items, convert = value.split(), int
+    else:
+        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+            return False
+        items, convert = value, operator.index
+    try:
+        return tuple(map(convert, items)) or None
+    except (TypeError, ValueError):
+        return False
 
 
 def optional_columns(chunk: RequestChunk) -> tuple[str, ...]:

@@ -11,33 +11,44 @@ the first line set the optional columns (a later line may omit one, not add one)
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator
+from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sim.errors import MmsimError
 from sim.files import check_regular_file, cut
 from sim.workload.chunk import RequestChunk
-from sim.workload.columns import NATIVE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, make_chunk
-from sim.workload.rows import ImportOptions, RowReport, finite_numbers, whole_numbers
-from sim.workload.textfiles import csv_blocks, file_kind, jsonl_blocks, open_bytes, read_header
+from sim.workload.columns import NATIVE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, make_chunk, native_numbers, \
+    parse_prefix_ids
+from sim.workload.native_typed import csv_chunk, jsonl_chunk, parquet_chunk
+from sim.workload.rows import ImportOptions, RowReport
+from sim.workload.textfiles import csv_frame, csv_text_blocks, file_kind, jsonl_blocks, open_bytes, read_header
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TEXT_COLUMNS = ("model", "slo_class", "prefix_ids")
 
 
 def read_native(path: Path, options: ImportOptions, report: RowReport, rows: int) -> Iterator[RequestChunk]:
-    """Chunks of a native trace file; each carries ``extra['line']`` (line or row numbers for errors)."""
+    """Chunks of a native trace file; each carries ``extra['line']`` (line or row numbers for errors).
+
+    Each block is decoded from typed columns (:mod:`sim.workload.native_typed`)
+    when it is well formed, else by pandas, which reports its bad rows.
+    """
     kind = file_kind(path)
     if kind == "csv":
         with open_bytes(path) as handle:
             _check_columns(read_header(handle, path), path, "header")
-        for _, frame, lines in csv_blocks(path, rows, report, text_columns=TEXT_COLUMNS):
-            yield decode_native(frame, lines, report, prefix_text=True)
+        for names, data, lines in csv_text_blocks(path, rows, report):
+            chunk = csv_chunk(data, names, lines)
+            yield chunk if chunk is not None else decode_native(csv_frame(data, names, TEXT_COLUMNS), lines, report,
+                                                                prefix_text=True)
     elif kind == "jsonl":
         yield from _read_jsonl(path, report, rows)
     else:
@@ -59,8 +70,8 @@ def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChu
         if allowed is None:
             _check_columns(list(records[0]), path, "first line")
             allowed = set(records[0])
-        frame = pd.DataFrame.from_records(records)
-        if not set(frame.columns) <= allowed:
+            names = [name for name in NATIVE_COLUMNS if name in allowed]
+        if not allowed.issuperset(chain.from_iterable(records)):
             keep = np.ones(len(records), dtype=bool)
             for index, record in enumerate(records):
                 surplus = record.keys() - allowed
@@ -71,25 +82,26 @@ def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChu
                                   "the columns)" if name in OPTIONAL_COLUMNS else
                                   f"unknown key {cut(name)!r}; native keys are {', '.join(NATIVE_COLUMNS)}")
             records, lines = [record for record, ok in zip(records, keep) if ok], lines[keep]
-            frame = pd.DataFrame.from_records(records)
-        if len(frame):
-            yield decode_native(frame.reindex(columns=[name for name in NATIVE_COLUMNS if name in allowed]), lines,
-                                report, prefix_text=False)
+        if records:
+            chunk = jsonl_chunk(records, names, lines)
+            if chunk is None:
+                import pandas as pd  # for a block the typed decoder cannot vouch for
+
+                chunk = decode_native(pd.DataFrame.from_records(records).reindex(columns=names), lines, report,
+                                      prefix_text=False)
+            yield chunk
 
 
 def _read_parquet(path: Path, report: RowReport, rows: int) -> Iterator[RequestChunk]:
     report.unit = "row"
-    check_regular_file(path, "trace file")
-    try:
-        parquet = pq.ParquetFile(path)
-    except FileNotFoundError:
-        raise MmsimError("file not found", source=str(path)) from None
-    except (pa.ArrowInvalid, OSError) as error:
-        raise MmsimError(f"not a readable Parquet file ({cut(error)})", source=str(path)) from None
-    _check_columns(parquet.schema_arrow.names, path, "schema")
-    _check_parquet_types(parquet.schema_arrow, path)
+    parquet = _open_parquet(path)
+    schema = parquet.schema_arrow
+    _check_columns(schema.names, path, "schema")
+    _check_parquet_types(schema, path)
+    # Labels are read dictionary-encoded: the typed decoder maps each distinct label once, not every row's.
+    labels = [name for name in ("model", "slo_class") if name in schema.names]
+    batches = _open_parquet(path, read_dictionary=labels).iter_batches(batch_size=rows)
     first = 1
-    batches = parquet.iter_batches(batch_size=rows)
     while True:
         try:
             batch = next(batches, None)
@@ -97,11 +109,28 @@ def _read_parquet(path: Path, report: RowReport, rows: int) -> Iterator[RequestC
             raise MmsimError(f"damaged Parquet file ({cut(error)})", source=str(path)) from None
         if batch is None:
             return
-        frame = batch.to_pandas()
-        lines = np.arange(first, first + len(frame), dtype=np.int64)
-        first += len(frame)
-        report.rows_read += len(frame)
-        yield decode_native(frame, lines, report, prefix_text=False)
+        lines = np.arange(first, first + batch.num_rows, dtype=np.int64)
+        first += batch.num_rows
+        report.rows_read += batch.num_rows
+        chunk = parquet_chunk(batch, lines)
+        if chunk is None:
+            # pandas gets the columns as the file holds them (labels decoded again): its messages are as before.
+            written = pa.RecordBatch.from_arrays([batch.column(name).cast(schema.field(name).type)
+                                                  for name in schema.names], schema=schema)
+            chunk = decode_native(written.to_pandas(), lines, report, prefix_text=False)
+        yield chunk
+
+
+def _open_parquet(path: Path, **options) -> pq.ParquetFile:
+    """The Parquet file at ``path`` (``options`` for :class:`pyarrow.parquet.ParquetFile`); a missing or unreadable
+    file is a user error."""
+    check_regular_file(path, "trace file")
+    try:
+        return pq.ParquetFile(path, **options)
+    except FileNotFoundError:
+        raise MmsimError("file not found", source=str(path)) from None
+    except (pa.ArrowInvalid, OSError) as error:
+        raise MmsimError(f"not a readable Parquet file ({cut(error)})", source=str(path)) from None
 
 
 def _check_parquet_types(schema: pa.Schema, path: Path) -> None:
@@ -120,16 +149,16 @@ def _check_parquet_types(schema: pa.Schema, path: Path) -> None:
 
 
 def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, prefix_text: bool) -> RequestChunk:
-    """Check and convert one block of native rows; malformed rows go to ``report``."""
-    arrival_s, bad_arrival, why_arrival = finite_numbers(frame["arrival_s"], "arrival_s", minimum=0.0)
-    prompt, bad_prompt, why_prompt = whole_numbers(frame["prompt_tokens"], "prompt_tokens")
-    output, bad_output, why_output = whole_numbers(frame["output_tokens"], "output_tokens")
+    """Check and convert one block of native rows parsed by pandas; malformed rows go to ``report``."""
+    arrival_s, bad_arrival, why_arrival = native_numbers("arrival_s", frame["arrival_s"])
+    prompt, bad_prompt, why_prompt = native_numbers("prompt_tokens", frame["prompt_tokens"])
+    output, bad_output, why_output = native_numbers("output_tokens", frame["output_tokens"])
     model, bad_model = text_column(frame["model"])
     checks = [(bad_arrival, why_arrival), (bad_model, lambda i: "model is missing or not a name"),
               (bad_prompt, why_prompt), (bad_output, why_output)]
     optional = {}
     if "priority" in frame:
-        priority, bad_priority, why_priority = whole_numbers(frame["priority"].fillna(0), "priority", minimum=0)
+        priority, bad_priority, why_priority = native_numbers("priority", frame["priority"].fillna(0))
         optional["priority"] = priority
         checks.append((bad_priority, why_priority))
     if "slo_class" in frame:
@@ -151,6 +180,8 @@ def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, 
 
 def text_column(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(stripped names as an object array, mask of rows that are missing, empty or not text)."""
+    import pandas as pd  # a pandas column: only blocks parsed by pandas get here
+
     if pd.api.types.is_string_dtype(values) and values.dtype != object:
         stripped = values.str.strip()
         bad = (stripped.isna() | (stripped == "")).to_numpy(dtype=bool)
@@ -158,24 +189,3 @@ def text_column(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     raw = values.to_numpy(dtype=object, na_value=None)
     bad = np.fromiter((not (isinstance(name, str) and name.strip()) for name in raw), bool, len(raw))
     return np.array([name.strip() if ok else "" for name, ok in zip(raw, ~bad)], dtype=object), bad
-
-
-def parse_prefix_ids(value, text: bool):
-    """A tuple of ints, None when absent or empty, or False when malformed.
-
-    CSV cells hold space-separated ids; JSON and Parquet hold lists of integers.
-    """
-    if value is None:
-        return None
-    if text:
-        if not isinstance(value, str):
-            return False
-        items, convert = value.split(), int
-    else:
-        if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-            return False
-        items, convert = value, operator.index
-    try:
-        return tuple(map(convert, items)) or None
-    except (TypeError, ValueError):
-        return False

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from sim.catalogue import catalogue, get_model
 from sim.errors import MmsimError
@@ -106,12 +105,12 @@ def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions,
         chunk.model = np.full(len(chunk), options.model, dtype=object)
         return chunk
     if options.model_map is not None:
-        mapped = pd.Series(chunk.model).map(options.model_map)
-        unmapped = mapped.isna().to_numpy()
+        model_map = options.model_map
         labels = chunk.model
+        unmapped = _rows_with(labels, set(labels.tolist()).difference(model_map))
         keep = report.check(lines, [(unmapped, lambda i: f"model {cut(labels[i])!r} has no entry in the model map "
-                                                         f"({cut(', '.join(options.model_map), 200)})")])
-        chunk.model = mapped.to_numpy(dtype=object, na_value=None)
+                                                         f"({cut(', '.join(model_map), 200)})")])
+        chunk.model = np.array([model_map.get(label) for label in labels.tolist()], dtype=object)
         return take(chunk, keep)
     if options.served_models is not None:
         return _check_labels(chunk, report, options.served_models, "is not served by this scenario; map it with "
@@ -124,9 +123,15 @@ def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions,
 
 def _check_labels(chunk: RequestChunk, report: RowReport, allowed, why: str) -> RequestChunk:
     """Rows whose model label is not in ``allowed`` are bad rows, reported with ``why`` and the allowed names."""
-    codes, names = pd.factorize(chunk.model)
-    unknown = np.array([name not in allowed for name in names], dtype=bool)[codes]
     labels = chunk.model
+    unknown = _rows_with(labels, set(labels.tolist()).difference(allowed))
     keep = report.check(chunk.extra["line"], [(unknown, lambda i: f"model {cut(labels[i])!r} {why}: "
                                                                   f"{', '.join(sorted(allowed))})")])
     return take(chunk, keep)
+
+
+def _rows_with(labels: np.ndarray, wanted: set[str]) -> np.ndarray:
+    """Mask of the rows whose label is in ``wanted`` (usually empty: then no row is looked at)."""
+    if not wanted:
+        return np.zeros(len(labels), dtype=bool)
+    return np.fromiter((label in wanted for label in labels.tolist()), bool, len(labels))

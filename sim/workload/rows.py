@@ -108,7 +108,9 @@ class RowReport:
 
 def as_numbers(values) -> np.ndarray:
     """Float64 values of a column; anything that is not a number (a boolean, a date) becomes NaN."""
-    import pandas as pd  # only trace files are parsed here; a generated workload never imports it
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
+        return values.astype(np.float64)  # typed columns (read by pyarrow) need no pandas
+    import pandas as pd  # only trace files parsed by pandas get here; a generated workload never imports it
 
     series = values if isinstance(values, pd.Series) else pd.Series(values, dtype=object)
     if pd.api.types.is_bool_dtype(series) or not (pd.api.types.is_numeric_dtype(series)

@@ -35,7 +35,7 @@ def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_ro
         chunks = generate(config.generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
                           prefix_block_tokens=config.prefix_block_tokens)
     else:
-        from sim.workload.reader import read_trace  # the importers (and pandas), for trace workloads only
+        from sim.workload.reader import read_trace  # the trace readers, for trace workloads only
 
         trace = config.trace
         path = resolve_input(trace.path, base_dir, "workload.trace.path")

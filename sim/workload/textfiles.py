@@ -1,7 +1,7 @@
 """Streaming CSV and JSONL reading in blocks of lines, keeping each row's line number.
 
 Files are read as bytes a block of lines at a time, so a huge trace never sits
-in memory whole; each block is parsed by pandas (CSV) or ``json`` (JSONL).
+in memory whole; each block is parsed by pandas or pyarrow (CSV) or ``json`` (JSONL).
 Lines with the wrong number of fields and JSON that does not parse are
 reported to the :class:`RowReport` with their line numbers; blank lines are
 ignored. CRLF line ends, a final line without newline, a UTF-8 byte-order mark
@@ -137,13 +137,33 @@ def csv_blocks(path: Path, rows: int, report: RowReport, *, required: tuple[str,
     A column in ``required`` missing from the header is an error. Columns in
     ``text_columns`` stay strings ("NA" too); empty cells are NaN.
     """
+    for names, data, numbers in csv_text_blocks(path, rows, report, required=required):
+        yield names, csv_frame(data, names, text_columns), numbers
+
+
+def csv_frame(data: bytes, names: list[str], text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A block of CSV lines (no header) parsed by pandas; ``text_columns`` stay strings, empty cells are NaN."""
+    import pandas as pd  # here, not at the top: well-formed native CSV blocks are parsed without it
+
+    dtypes = {name: str for name in text_columns if name in names}
+    return pd.read_csv(io.BytesIO(data), header=None, names=names, dtype=dtypes, keep_default_na=False,
+                       na_values=[""], encoding="utf-8")
+
+
+def csv_text_blocks(path: Path, rows: int, report: RowReport, *,
+                    required: tuple[str, ...] = ()) -> Iterator[tuple[list[str], bytes, np.ndarray]]:
+    """Yield (header, lines, line numbers) for a CSV file with a header line, ``rows`` lines at a time.
+
+    The lines (joined bytes) are the block's well-shaped ones: blank lines are
+    left out, and lines that are not UTF-8 or have the wrong number of fields are
+    reported. A column in ``required`` missing from the header is an error.
+    """
     with open_bytes(path) as handle:
         names = read_header(handle, path)
         missing = [name for name in required if name not in names]
         if missing:
             raise MmsimError(f"missing column {missing[0]!r}; the header has {','.join(names)} "
                              f"but {','.join(required)} are needed", source=str(path), field="line 1")
-        dtypes = {name: str for name in text_columns if name in names}
         line = 2
         while block := read_lines(handle, rows, path):
             undecodable = _undecodable(block, line, report)
@@ -170,12 +190,8 @@ def csv_blocks(path: Path, rows: int, report: RowReport, *, required: tuple[str,
                 block = [text if text.endswith(b"\n") else text + b"\n" for text, ok in zip(block, keep) if ok]
                 data, numbers = b"".join(block), numbers[keep]
             if len(numbers):
-                import pandas as pd  # here, not at the top: a run whose workload reads no CSV never imports it
-
                 report.rows_read += len(numbers)
-                frame = pd.read_csv(io.BytesIO(data), header=None, names=names, dtype=dtypes,
-                                    keep_default_na=False, na_values=[""], encoding="utf-8")
-                yield names, frame, numbers
+                yield names, data, numbers
             if failure is not None:
                 report.rows_read += 1
                 report.reject(*failure)

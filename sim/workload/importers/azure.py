@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import make_chunk
@@ -29,6 +28,8 @@ def read_azure(path: Path, options: ImportOptions, report: RowReport, rows: int)
     Times are subtracted in integer nanoseconds before becoming float seconds, so
     they keep sub-microsecond precision (epoch seconds as floats would not).
     """
+    import pandas as pd  # here, not at the top: the formats load together, and native traces are read without it
+
     origin_ns = None
     for _, frame, lines in csv_blocks(path, rows, report, required=COLUMNS, text_columns=("TIMESTAMP",)):
         stamps = pd.to_datetime(frame["TIMESTAMP"], format="ISO8601", utc=True, errors="coerce")

@@ -12,11 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from sim.workload.chunk import RequestChunk
-from sim.workload.columns import make_chunk
-from sim.workload.native import parse_prefix_ids
+from sim.workload.columns import make_chunk, parse_prefix_ids
 from sim.workload.rows import ImportOptions, RowReport, finite_numbers, whole_numbers
 from sim.workload.textfiles import jsonl_blocks
 
@@ -25,6 +23,8 @@ KEYS = ["timestamp", "input_length", "output_length", "hash_ids"]
 
 def read_mooncake(path: Path, options: ImportOptions, report: RowReport, rows: int) -> Iterator[RequestChunk]:
     """Chunks with arrival times in seconds from the trace start and prefix ids from ``hash_ids``."""
+    import pandas as pd  # here, not at the top: the formats load together, and native traces are read without it
+
     for records, lines in jsonl_blocks(path, rows, report):
         frame = pd.DataFrame.from_records(records, columns=KEYS)
         millis, bad_time, why_time = finite_numbers(frame["timestamp"], "timestamp", minimum=0.0,
