@@ -268,6 +268,31 @@ def test_long_fields_are_cut_in_messages(tmp_path):
     assert len(text) < 3000
 
 
+@pytest.mark.parametrize("fmt, header, row, flags", [
+    ("mmsim", "arrival_s,model,prompt_tokens,output_tokens,model", "0.5,qwen3-8b,10,5,qwen3-8b", []),
+    ("azure-2023", "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens", "2023-11-16 18:17:03.9799600,10,10,10",
+     ["--model", "qwen3-8b"]),
+    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Model",
+     "1,ChatGPT,10,10,20,x,ChatGPT", ["--model-map", "ChatGPT=qwen3-8b"]),
+])
+def test_a_column_named_twice_is_refused(tmp_path, fmt, header, row, flags):
+    trace = write(tmp_path / "t.csv", f"{header}\n{row}\n")
+    refused(["trace", "stats", trace, "--format", fmt, *flags], "named twice in the header")
+    doubled = _parquet(tmp_path / "t.parquet")
+    table = pq.read_table(doubled)
+    pq.write_table(table.append_column("model", table.column("model")), doubled)
+    refused(["trace", "stats", doubled], "'model' is named twice in the schema")
+
+
+@pytest.mark.parametrize("fmt, line, flags", [
+    ("mmsim", '{"arrival_s": 0.5, "model": "qwen3-8b", "prompt_tokens": 1%s, "output_tokens": 5}', []),
+    ("mooncake", '{"timestamp": 1, "input_length": 1%s, "output_length": 5, "hash_ids": [1]}', ["--model", "qwen3-8b"]),
+])
+def test_an_integer_past_float_range_is_a_bad_row(tmp_path, fmt, line, flags):
+    trace = write(tmp_path / "t.jsonl", line % ("0" * 400) + "\n")
+    refused(["trace", "stats", trace, "--format", fmt, *flags], "line 1", "is not a whole number")
+
+
 @pytest.mark.parametrize("name", ["t.csv", "t.jsonl"])
 def test_empty_trace_files_agree(tmp_path, name):
     refused(["trace", "stats", write(tmp_path / name, "")], "empty file")

@@ -27,7 +27,8 @@ from sim.workload.columns import NATIVE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLU
     parse_prefix_ids
 from sim.workload.native_typed import csv_chunk, jsonl_chunk, parquet_chunk
 from sim.workload.rows import ImportOptions, RowReport
-from sim.workload.textfiles import csv_frame, csv_text_blocks, file_kind, jsonl_blocks, open_bytes, read_header
+from sim.workload.textfiles import (check_named_once, csv_frame, csv_text_blocks, file_kind, jsonl_blocks, open_bytes,
+                                    read_header)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,6 +57,7 @@ def read_native(path: Path, options: ImportOptions, report: RowReport, rows: int
 
 
 def _check_columns(names, path: Path, where: str) -> None:
+    check_named_once(list(names), path, where)
     unknown = [name for name in names if name not in NATIVE_COLUMNS]
     missing = [name for name in REQUIRED_COLUMNS if name not in names]
     if unknown or missing:

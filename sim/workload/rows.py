@@ -106,6 +106,10 @@ class RowReport:
         return "; ".join(parts)
 
 
+MAX_FLOAT_INT = int(np.finfo(np.float64).max)
+"""The largest integer a float64 holds; a larger one cannot be a time or a token count anyway."""
+
+
 def as_numbers(values) -> np.ndarray:
     """Float64 values of a column; anything that is not a number (a boolean, a date) becomes NaN."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
@@ -118,7 +122,9 @@ def as_numbers(values) -> np.ndarray:
                                                   or pd.api.types.is_string_dtype(series)):
         return np.full(len(series), np.nan)
     if series.dtype == object:
-        series = series.map(lambda value: np.nan if isinstance(value, (bool, np.bool_)) else value)
+        # Booleans are not numbers; nor, here, is an integer past float64's range (JSON has no limit on them).
+        series = series.map(lambda value: np.nan if isinstance(value, (bool, np.bool_))
+                            or isinstance(value, int) and abs(value) > MAX_FLOAT_INT else value)
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 

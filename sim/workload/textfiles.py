@@ -84,11 +84,22 @@ def _decode(raw: bytes, path: Path, number: int) -> str:
 
 
 def read_header(handle: BinaryIO, path: Path) -> list[str]:
-    """Column names from the first line."""
+    """Column names from the first line, each named once."""
     first = read_lines(handle, 1, path)
     if not first or not first[0].strip():
         raise MmsimError("empty file (expected a header line)", source=str(path))
-    return [cut(name.strip()) for name in _decode(first[0], path, 1).lstrip("\ufeff").rstrip("\r\n").split(",")]
+    names = [cut(name.strip()) for name in _decode(first[0], path, 1).lstrip("\ufeff").rstrip("\r\n").split(",")]
+    check_named_once(names, path, "header")
+    return names
+
+
+def check_named_once(names: list[str], path: Path, where: str) -> None:
+    """A header or schema that names a column twice is an error: which of the two would a reader take?"""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise MmsimError(f"column {name!r} is named twice in the {where}; name each column once", source=str(path))
+        seen.add(name)
 
 
 def _undecodable(block: list[bytes], first_line: int, report: RowReport) -> np.ndarray:
