@@ -25,7 +25,7 @@ from calibrate.extrapolate import ReferencePoint
 from calibrate.hardware import cpu_as_device_identity, cpu_identity, gpu_identity, software_versions
 from calibrate.layers import torch_dtype
 from calibrate.plan import ComputePlan, Plan, Tick, no_progress
-from calibrate.timing import configure
+from calibrate.timing import configured
 from sim.catalogue import ModelSpec
 from sim.errors import MmsimError
 
@@ -67,8 +67,12 @@ def _device_results(raw: dict, device: torch.device) -> DeviceResults:
 
 def run_calibration(request: Request, plan: Plan, tick: Tick = no_progress) -> dict:
     """Measure everything the plan asks for and return the assembled (not yet validated) profile."""
+    with configured(request.device, request.threads):
+        return _measure_all(request, plan, tick)
+
+
+def _measure_all(request: Request, plan: Plan, tick: Tick) -> dict:
     device, dtype = request.device, torch_dtype(request.dtype)
-    configure(device, request.threads)
     cpu = cpu_identity()
     gpu = gpu_identity(device) if device.type == "cuda" else cpu_as_device_identity(cpu)
     tick("hardware identity")

@@ -18,10 +18,13 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+_SMALLEST_SUBNORMAL = 5e-324
 
 
 @dataclass(frozen=True)
@@ -154,10 +157,27 @@ def idle_cores() -> int:
     return max(1, cores - busy)
 
 
-def configure(device: torch.device, threads: int | None = None) -> None:
-    """Make ``device`` current (CUDA events record on the current device), size torch's CPU thread pool
-    (``threads``, or the idle cores), and flush denormals (they slow CPU math)."""
+@contextmanager
+def configured(device: torch.device, threads: int | None = None) -> Iterator[None]:
+    """Within the block: ``device`` current (CUDA events record on the current device), torch's CPU thread pool
+    sized to ``threads`` (or the idle cores), and denormals flushed (they slow CPU math).
+
+    Both settings are process-wide, so they are put back on the way out: flushing denormals left on would change
+    float arithmetic for everything the caller's process runs after a calibration.
+    """
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    threads_before, flushing_before = torch.get_num_threads(), flushing_denormals()
     torch.set_num_threads(threads or idle_cores())
     torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(flushing_before)
+        torch.set_num_threads(threads_before)
+
+
+def flushing_denormals() -> bool:
+    """Whether this thread's floating-point unit treats subnormal numbers as zero."""
+    smallest_subnormal = _SMALLEST_SUBNORMAL
+    return smallest_subnormal == 0.0

@@ -18,7 +18,7 @@ import time
 import torch
 
 from calibrate.layers import DecoderLayer, KVCache, LmHead, Rope, torch_dtype
-from calibrate.timing import Timing, configure, synchronize, wall_time
+from calibrate.timing import Timing, configured, synchronize, wall_time
 from sim.catalogue import ModelSpec, get_model
 from sim.costs import ModelCosts
 from sim.errors import MmsimError
@@ -99,8 +99,7 @@ def measure_loop(spec: ModelSpec, dtype: str, device: torch.device, shape: LoopS
     runs (the statistic calibration uses), so a burst of load from another
     process spoils one step of one run, not the whole comparison.
     """
-    configure(device, threads)
-    with torch.inference_mode():
+    with configured(device, threads), torch.inference_mode():
         model = PartialModel(spec, torch_dtype(dtype), device, shape)
         generator = torch.Generator().manual_seed(0)
         prompt = torch.randint(0, spec.vocab_size, (shape.batch, shape.prompt_tokens), generator=generator)
@@ -110,10 +109,11 @@ def measure_loop(spec: ModelSpec, dtype: str, device: torch.device, shape: LoopS
         first = model.prefill(prompt, caches)
         model.decode(first, caches, shape.prompt_tokens, min(2, shape.new_tokens))  # warm-up
         runs = [model.decode(first, caches, shape.prompt_tokens, shape.new_tokens) for _ in range(repeats)]
+        torch_threads = torch.get_num_threads()
     steps = [Timing.of([run[i] for run in runs], device) for i in range(shape.new_tokens)]
     prefill = Timing.of(prefill_runs, device)
     return {"decode_runs_s": [sum(run) for run in runs], "prefill_runs_s": prefill_runs, "statistic": prefill.statistic,
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch_threads,
             "decode_s": sum(step.typical_s for step in steps), "prefill_s": prefill.typical_s}
 
 

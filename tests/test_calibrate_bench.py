@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 
 import pytest
 
@@ -20,7 +21,7 @@ from calibrate.hardware import cpu_identity, resolve_device, software_versions  
 from calibrate.layers import DecoderLayer, KVCache, LmHead, Rope, random_tensor, rotation_count, torch_dtype  # noqa: E402
 from calibrate.plan import ComputePlan, Plan, no_progress  # noqa: E402
 from calibrate.run import Request, run_calibration, total_steps  # noqa: E402
-from calibrate.timing import Timing, measure  # noqa: E402
+from calibrate.timing import Timing, configured, measure  # noqa: E402
 from calibrate.validate import LoopShape, predict, validate  # noqa: E402
 from sim.catalogue import ModelSpec, catalogue  # noqa: E402
 from sim.costs import ModelCosts  # noqa: E402
@@ -216,6 +217,20 @@ def test_calibration_writes_a_profile_the_simulator_accepts(tiny_profile):
     assert profile.weights.from_disk.samples and profile.weights.unload.samples
     assert profile.hardware.software["calibrated_device"] == "cpu"
     assert json.loads(path.read_text())["schema_version"] == 1
+
+
+def subnormals_survive() -> bool:
+    """Whether arithmetic still yields subnormal numbers (flushing them is process-wide CPU state)."""
+    return sys.float_info.min / 4 > 0.0
+
+
+def test_calibration_leaves_the_process_float_and_thread_settings_as_it_found_them(tiny_profile):
+    """Calibration flushes denormals for speed; left on, it broke later float work in the same process."""
+    threads = torch.get_num_threads()
+    assert subnormals_survive()
+    with configured(CPU, threads + 1):
+        assert not subnormals_survive() and torch.get_num_threads() == threads + 1
+    assert subnormals_survive() and torch.get_num_threads() == threads
 
 
 def test_write_profile_refuses_invalid_data_and_leaves_nothing(tiny_profile, tmp_path):
