@@ -34,6 +34,7 @@ COMPILED_MODULES = [
     "sim/engine/routing.py",
     "sim/engine/sampler.py",
     "sim/engine/step.py",
+    "sim/engine/timeshare.py",
     "sim/engine/transfers.py",
     # The built-in policies' hooks run for every request: compiled with the engine, they cost what its own code
     # does. Their classes allow interpreted subclasses, so a user's policy may still extend any of them.

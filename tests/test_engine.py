@@ -159,3 +159,34 @@ def test_weights_kept_on_host_reload_from_ram(monkeypatch):
     assert loads["duration_s"].iloc[1] == pytest.approx(costs.reload_s(from_host=True))
     assert costs.reload_s(from_host=True) < costs.reload_s() / 3
     assert result.requests["status"].eq("completed").all()
+
+
+def test_a_swapped_request_placed_on_a_fast_forwarding_instance_comes_back_at_its_next_boundary(monkeypatch):
+    from sim.policies import Policy
+
+    class MoveSwapped(Policy):
+        """Test policy: the model on both GPUs of one node; the first request on GPU 0, the second on GPU 1. At 30 s
+        GPU 0's instance is unloaded, its request's KV swapped to the node's RAM, and the request goes to GPU 1,
+        whose instance is decoding alone (one fast-forward window): it swaps back in at the window's next
+        boundary, as per-iteration mode has it, not when the window would have ended."""
+
+        name = "move-swapped"
+
+        def setup(self, view):
+            self.first, self.second = view.load(0, view.gpus[0]), view.load(0, view.gpus[1])
+            self.routed = 0
+            view.call_at(30.0, lambda v: v.unload(self.first, mode="swap"))
+
+        def route(self, request, view):
+            self.routed += 1
+            return self.first if self.routed == 1 else self.second
+
+        def on_evicted(self, instance, requests, view):
+            for request in requests:
+                view.assign(request, self.second)
+
+    import sim.policies.registry as registry
+    monkeypatch.setitem(registry._REGISTRY, "move-swapped", MoveSwapped)
+    scenario = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}], policy={"name": "move-swapped"}), "test")
+    fast = _compare_modes(scenario, lambda: chunk_of([20.0, 20.5], ["qwen2.5-3b"] * 2, [100, 100], [2000, 3000]))
+    assert list(fast["preemptions"]) == [1, 0] and fast["lost_kv_in_s"].iloc[0] > 0

@@ -4,7 +4,10 @@ reason, never overfills a GPU, and fast-forward gives the per-iteration referenc
 The scenarios cover what the older property test never generated: KV swap preemption under KV pressure,
 unchunked prefill, one-sequence batches, tight host RAM, outputs of one or two tokens, requests longer
 than a deployment's ``max_model_len`` and shared prompt prefixes with and without prefix caching (whose
-blocks and holder counts are checked after every step). Set ``MMSIM_RANDOM_EXAMPLES`` for a longer hunt.
+blocks and holder counts are checked after every step). Half the scenarios crowd two to four deployments
+(the small model under several names) onto one GPU, with bursts of arrivals, so that co-resident instances
+take turns decoding (time-shared runs) under KV pressure, loads, unloads and policy timers. Set
+``MMSIM_RANDOM_EXAMPLES`` for a longer hunt.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.catalogue import get_model
+from sim.costs import ModelCosts
+from sim.engine.memory import reserve_bytes
+from sim.profile import load_profile
 from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
 
@@ -22,6 +29,8 @@ from conftest import assert_same_times, simulate_within_memory, wall_clock_limit
 
 POLICIES = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware")
 MODELS = ("qwen2.5-3b", "qwen3-8b", "mistral-7b", "llama-2-7b")
+SMALL = ("qwen2.5-3b", "small-b", "small-c", "small-d", "mistral-7b")
+"""Deployments of a crowded GPU: the small model under four names (up to four fit one GPU), and a 7B."""
 EXAMPLES = int(os.environ.get("MMSIM_RANDOM_EXAMPLES", "150"))
 RUN_LIMIT_S = 60
 """Wall-clock bound of one example (three runs); a hang fails the test instead of stalling CI."""
@@ -29,7 +38,14 @@ RUN_LIMIT_S = 60
 
 @st.composite
 def cases(draw):
-    models = draw(st.lists(st.sampled_from(MODELS), min_size=1, max_size=3, unique=True))
+    crowded = draw(st.booleans())  # one GPU that two to four models share
+    if crowded:
+        count = draw(st.sampled_from([2, 3, 4, 4]))
+        models = draw(st.lists(st.sampled_from(SMALL), min_size=count, max_size=count, unique=True))
+        gpus = 1
+    else:
+        models = draw(st.lists(st.sampled_from(MODELS), min_size=1, max_size=3, unique=True))
+        gpus, memory_gb = draw(st.integers(1, 2)), draw(st.sampled_from([4, 9, 12, 18, 24]))
     engine = {
         "max_num_seqs": draw(st.sampled_from([1, 2, 4, 16])),
         "max_num_batched_tokens": draw(st.sampled_from([256, 1024, 4096])),
@@ -38,12 +54,26 @@ def cases(draw):
         "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
         "prefix_caching": draw(st.booleans()),
     }
+    gaps = st.integers(0, 50) if crowded else st.integers(0, 500)  # a crowded GPU's requests come in bursts
+    rows = draw(st.lists(st.tuples(gaps.map(lambda centis: centis / 100),
+                                   st.sampled_from(models),
+                                   st.one_of(st.integers(1, 600), st.integers(600, 30_000)),
+                                   st.one_of(st.integers(1, 3), st.integers(1, 600)),
+                                   # shared prompt prefixes: a tenant's id, then a few ids from a small set
+                                   st.one_of(st.just(()), st.tuples(st.integers(0, 1), st.lists(st.integers(0, 1), max_size=6))
+                                             .map(lambda ids: (ids[0], *ids[1])))),
+                         min_size=2 * len(models) if crowded else 1, max_size=14))
+    if crowded:
+        # Room for all of them, and KV room beside them from just one request's at its longest to ample. (With less,
+        # every instance can hold a request no room is left for while nothing runs, and the swapping policies then
+        # unload and load models for ever: their bug, which the progress guard stops.)
+        room = (1 + draw(st.one_of(st.integers(0, 100), st.integers(0, 1000), st.integers(1000, 20_000)))) * 2**20
+        memory_gb = (footprint_bytes(models, engine) + request_bytes(rows, engine["block_size"]) + room) / 0.9 / 2**30
     scenario = parse_scenario({
         "name": "random", "seed": 1, "profile": "paper-rtx5000",
-        "cluster": {"nodes": 1, "gpus_per_node": draw(st.integers(1, 2)),
-                    "gpu_memory_gb": draw(st.sampled_from([4, 9, 12, 18, 24])),
+        "cluster": {"nodes": 1, "gpus_per_node": gpus, "gpu_memory_gb": memory_gb,
                     "host_memory_gb": draw(st.sampled_from([0.05, 1, 64]))},
-        "models": [{"name": m} for m in models],
+        "models": [{"name": m} if m in MODELS else {"name": "qwen2.5-3b", "alias": m} for m in models],
         "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
                                    "mix": {m: 1.0 for m in models}, "prompt_tokens": {"dist": "constant", "value": 10},
                                    "output_tokens": {"dist": "constant", "value": 10}},
@@ -52,15 +82,26 @@ def cases(draw):
         "slo": {"default": {"ttft_s": 2.0}},
         "engine": engine,
     }, "random")
-    rows = draw(st.lists(st.tuples(st.integers(0, 500).map(lambda centis: centis / 100),
-                                   st.sampled_from(models),
-                                   st.one_of(st.integers(1, 600), st.integers(600, 30_000)),
-                                   st.one_of(st.integers(1, 3), st.integers(1, 600)),
-                                   # shared prompt prefixes: a tenant's id, then a few ids from a small set
-                                   st.one_of(st.just(()), st.tuples(st.integers(0, 1), st.lists(st.integers(0, 1), max_size=6))
-                                             .map(lambda ids: (ids[0], *ids[1])))),
-                         min_size=1, max_size=14))
     return scenario, rows, draw(st.sampled_from(POLICIES))
+
+
+def footprint_bytes(models, engine) -> int:
+    """GPU memory the weights and reserves of ``models`` take together (as :mod:`sim.engine.memory` counts them)."""
+    profile = load_profile("paper-rtx5000")
+    total = 0
+    for name in models:
+        spec = get_model(name if name in MODELS else "qwen2.5-3b")
+        total += (ModelCosts(profile, spec).gpu_weight_bytes()
+                  + reserve_bytes(spec, engine["max_num_batched_tokens"], engine["max_num_seqs"]))
+    return total
+
+
+def request_bytes(rows, block_size: int) -> int:
+    """KV memory the blocks of the longest request take, prompt and output (what a recompute needs at most)."""
+    profile = load_profile("paper-rtx5000")
+    return max(-(-(prompt + output + 1) // block_size) * block_size
+               * ModelCosts(profile, get_model(model if model in MODELS else "qwen2.5-3b")).kv_bytes_per_token
+               for _, model, prompt, output, _ in rows)
 
 
 def chunk(rows) -> list[RequestChunk]:

@@ -101,3 +101,16 @@ def test_the_cli_exits_2_with_the_diagnosis_and_writes_nothing(policy_file, tmp_
     assert "Traceback" not in done.stderr + done.stdout
     assert "thrash: no token computed" in done.stderr + done.stdout
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_a_long_decode_window_is_progress(mode):
+    # One request decoding for about 20 s on its own: fast mode runs it as one window, which samples (syncing
+    # the GPU) must count as progress at each iteration's end, as per-iteration mode does; a horizon of 5 s
+    # then never passes.
+    scenario = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}], engine={"progress_horizon_s": 5.0},
+                                            sample_interval_s=1.0), "test")
+    chunks = [RequestChunk(np.array([0.5]), np.array(["qwen2.5-3b"]), np.array([100]), np.array([2000]))]
+    result = simulate(scenario, chunks=chunks, mode=mode)
+    row = result.requests.iloc[0]
+    assert row["status"] == "completed" and row["finish_s"] - row["first_token_s"] > 10.0

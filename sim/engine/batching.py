@@ -110,6 +110,19 @@ def admit(engine: Engine, instance: Instance, now: float, prefills: list[tuple[R
         budget -= chunk
 
 
+def head_starts(engine: Engine, instance: Instance, request: Request) -> bool:
+    """Whether :func:`admit` would start ``request``, the head of the waiting queue, at a boundary where
+    ``instance`` decodes its batch and has no prefill chunks to continue."""
+    config = engine.config
+    budget = config.max_num_batched_tokens - len(instance.running)
+    if budget <= 0 or len(instance.running) + len(instance.prefilling) >= config.max_num_seqs:
+        return False
+    need_blocks, hits, _ = start_need(engine, instance, request)
+    if not config.chunked_prefill and request.prefill_target - hits * config.block_size > budget and instance.running:
+        return False
+    return need_blocks <= instance.spare_blocks()
+
+
 def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hits: int, idle_hits: int) -> None:
     """A request starting on ``instance`` holds the ``hits`` cached blocks its prompt begins with and
     prefills from there; counted for the model's prefix-cache hit rate."""

@@ -233,13 +233,17 @@ class Engine:
     def _could_start(self, instance: Instance, request: Request) -> bool:
         """Whether ``request`` might join ``instance``'s batch at its next iteration boundary.
 
-        Only then is a fast-forward window worth cutting short; the check is conservative
-        (free blocks only shrink while a batch decodes), so skipping it changes no result."""
-        gpu = instance.gpu
-        step = gpu.current
-        if step is None or step.instance is not instance or self.reorders_waiting:
+        Only then is a fast-forward window (or a time-shared run it takes part in) worth cutting short; the
+        check is conservative (free blocks only shrink while batches decode), so skipping it changes no result."""
+        step, run = instance.gpu.current, instance.gpu.run
+        if step is None or self.reorders_waiting:
             return True
-        if instance.swapped or len(instance.waiting) > 1:
+        if step.instance is not instance and (run is None or instance not in run.instances):
+            return True  # not running there, its instance may join the GPU's round robin and change its order
+        if request.state == "swapped":
+            if instance.swapped[0] is not request:
+                return False  # older swapped requests, which come back first, are already blocked ahead of it
+        elif instance.swapped or len(instance.waiting) > 1:
             return False  # FCFS: older requests are already blocked ahead of it, or swapped ones hold it back
         if len(instance.running) + len(instance.prefilling) >= self.config.max_num_seqs:
             return False

@@ -5,7 +5,9 @@ instance's step after another's, round robin. When a single instance has
 work, its decode iterations are fast-forwarded: one entry in SimPy's event
 queue stands for many iterations, and the window is cut short at the next
 iteration boundary when something that could change the batch happens (an
-arrival, a load).
+arrival, a load). When several have work and each of them only decodes (or
+waits for room, passed over), one entry stands for a run of their iterations
+in turn (:mod:`sim.engine.timeshare`), cut short the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from sim.engine.events import Agenda, AgendaEntry, process_now
 from sim.engine.instance import Instance
 from sim.engine.prefix import evict_oldest
 from sim.engine.step import Step
+from sim.engine.timeshare import TimeSharedRun, start_run
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -40,7 +43,8 @@ class Gpu(AgendaEntry):
         self.compute_share = compute_share
         self.instances: list[Instance] = []
         self.busy_s = 0.0
-        self.current: Step | None = None
+        self.current: Step | None = None  # the step running (in a time-shared run: its iteration running)
+        self.run: TimeSharedRun | None = None  # the time-shared run in flight, if any: it ends at the due time
         self.idle = True  # nothing to run: the next kick starts a step
         self._done: simpy.Event | None = None  # what a SimPy process waits on for the running step's end
         self._turn = 0
@@ -100,43 +104,67 @@ class Gpu(AgendaEntry):
         return [i for i in self.instances if i.status == "ready" and i.has_work and i.gpu is self]
 
     def kick(self) -> None:
-        """Something changed on this GPU: wake the loop, or end a fast-forward window early."""
+        """Something changed on this GPU: wake the loop, or end a fast-forward window (or run) early."""
         self.blocked.clear()
         if self.idle:
             # Woken by an event of its own, after whatever else happens at this instant (e.g. more arrivals).
             self.idle = False
             self._agenda.schedule(self, self.env._now)
-        elif self.current is not None and self.current.iterations > 1:
+        elif self.run is not None or (self.current is not None and self.current.iterations > 1):
             self.cut_window()
 
     def sync(self) -> None:
-        """Make the running instance's counters reflect the iterations finished by now."""
+        """Make the running instances' counters reflect the iterations finished by now."""
         self._sync_to(self.env._now)  # SimPy's clock itself: its ``now`` property is a Python call
 
     def _sync_to(self, now: float) -> None:
+        run = self.run
+        if run is not None:
+            self._advance_run(run, run.done_by(now - run.start_s))
+            return
         step = self.current
         if step is None or step.iterations <= 1:
             return
         done = step.iterations_done_by(now - step.start_s)
         if done <= 0:
             return
+        engine = self._engine
+        assert engine is not None
         elapsed = step.elapsed_s(done)
         instance = step.instance
         if step.prefills:
-            assert self._engine is not None
-            instance.end_first_iteration(self._engine, step, step.start_s + step.elapsed_s(1))
+            instance.end_first_iteration(engine, step, step.start_s + step.elapsed_s(1))
             instance.advance(done - 1)
         else:
             instance.advance(done)
+        ended = step.start_s + elapsed
         step.rebase(done, elapsed, instance.context_tokens)
         instance.busy_s += elapsed
-        self._add_busy(instance, elapsed)
+        self.add_busy(instance, elapsed)
+        # What the finished iterations' ends would have set (_step_done): another GPU's step may have ended later.
+        instance.last_used_s = ended
+        if engine.last_progress_s < ended:
+            engine.last_progress_s = ended
+
+    def _advance_run(self, run: TimeSharedRun, done: int) -> None:
+        """Apply the first ``done`` iterations of ``run``: the step running is then the iteration after them."""
+        if done <= 0:
+            return
+        assert self._engine is not None
+        run.apply(self._engine, done)
+        self._turn = run.turn
+        self.current = run.running_step()
 
     def cut_window(self) -> None:
-        """End the current fast-forward window at the first iteration boundary from now."""
+        """End the current fast-forward window (or time-shared run) at the first iteration boundary from now."""
         now: float = self.env._now
         self._sync_to(now)
         step = self.current
+        if self.run is not None:
+            self.run = None
+            assert step is not None
+            self._agenda.schedule(self, now + max(step.start_s + step.elapsed_s(1) - now, 0.0))  # the end moves earlier
+            return
         if step is None or step.iterations <= 1:
             return
         step.iterations = 1
@@ -177,7 +205,25 @@ class Gpu(AgendaEntry):
         self.settle_idle_cache(instance)  # the step's allocations took free blocks
         step.start_s = now
         self.current = step
-        self._agenda.schedule(self, now + max(step.elapsed_s(step.iterations), 0.0))
+        end_s = step.elapsed_s(step.iterations)
+        if len(self.instances) > 1 and step.iterations == 1 and engine.fast:
+            run = self._time_shared_run(engine, step)
+            if run is not None:
+                self.run = run
+                end_s = run.elapsed_s(run.iterations)
+        self._agenda.schedule(self, now + max(end_s, 0.0))
+
+    def _time_shared_run(self, engine: Engine, step: Step) -> TimeSharedRun | None:
+        """A run of this GPU's active instances' decode iterations from ``step``, the one just planned, if one
+        can stand for two or more of them (see :mod:`sim.engine.timeshare`)."""
+        if engine.hooks_step or step.prefills or step.transfer_s != 0.0 or step.coefficients is None:
+            return None  # an on_step hook is called at every boundary
+        active = self.active_instances()
+        if len(active) < 2:
+            return None
+        shards = step.instance.shards  # instances sharing a GPU span the same GPUs: each allocates on all of them
+        free = self.free_bytes() if shards is None else min([shard.free_bytes() for shard in shards])
+        return start_run(engine, active, self._turn, step, free)
 
     def entry_due(self, now: float) -> None:
         """This GPU's due time ``now`` came (SimPy's clock stands at it): its running step ends, or its idle loop
@@ -188,13 +234,17 @@ class Gpu(AgendaEntry):
             self._step_done(now)
 
     def _step_done(self, now: float) -> None:
+        run = self.run
+        if run is not None:  # its last iteration ends now: the ones before it are applied, it ends as a step
+            self.run = None
+            self._advance_run(run, run.iterations - 1)
         step, engine = self.current, self._engine
         assert step is not None and engine is not None
         self.current = None
         instance = step.instance
         elapsed = now - step.start_s  # sync may have moved the start on
         instance.busy_s += elapsed
-        self._add_busy(instance, elapsed)
+        self.add_busy(instance, elapsed)
         instance.last_used_s = now
         if step.iterations:
             engine.last_progress_s = now  # read by the progress guard; one store per step on the hot path
@@ -207,7 +257,7 @@ class Gpu(AgendaEntry):
             self._done = None  # a waiter that finds the next step its instance's waits on a new one
             process_now(done)
 
-    def _add_busy(self, instance: Instance, elapsed: float) -> None:
+    def add_busy(self, instance: Instance, elapsed: float) -> None:
         """A step of ``instance`` kept this GPU busy, and every other GPU it spans."""
         self.busy_s += elapsed
         if instance.shards is not None:

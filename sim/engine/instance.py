@@ -216,7 +216,7 @@ class Instance:
             decodes, after_batch, after_context = self._window_after_prefill(engine, prefills) if forward else (0, 0, 0)
             if decodes == 0:
                 return Step(self, 1, None, batch, self.context_tokens + batch, prefills, first, transfer_s)
-            coefficients = self._decode_coefficients(after_batch)[1]
+            coefficients = self.decode_coefficients(after_batch)[1]
             return Step(self, 1 + decodes, coefficients, after_batch, after_context, prefills, first, transfer_s)
         if not batch:
             if transfer_s == 0 and preempted:
@@ -225,12 +225,12 @@ class Instance:
                 return self.plan(engine, now, fast)
             return None if transfer_s == 0 else self._transfer_only(transfer_s)
         # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
-        unscaled, coefficients = self._decode_coefficients(batch)
+        unscaled, coefficients = self.decode_coefficients(batch)
         first = self.slowdown * unscaled.step_s(self.context_tokens)
         iterations = self._window() if forward and self._nothing_can_start(engine, after_prefill=False) else 1
         return Step(self, iterations, coefficients, batch, self.context_tokens + batch, [], first, transfer_s)
 
-    def _decode_coefficients(self, batch: int) -> tuple[StepCoefficients, StepCoefficients]:
+    def decode_coefficients(self, batch: int) -> tuple[StepCoefficients, StepCoefficients]:
         """This instance's decode-step coefficients for ``batch`` sequences, as the cost model gives them and
         scaled by the MIG slowdown; cached here, since every step asks and the share never changes."""
         cached = self._coefficients.get(batch)

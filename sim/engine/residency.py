@@ -193,6 +193,9 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
     for request in evicted:
         instance.release(request)
         engine.unplace(request)
+    # The KV freed here is room for the instances still running on the GPU: a window (or time-shared run) one of
+    # them started while this one's last step ended is cut, so that its next boundary sees the room.
+    gpu.cut_window()
     if keep_prefix_cache:
         transfer_s = max(transfer_s, _keep_prefixes(engine, instance, now))
     unload_s = instance.costs.unload_s(instance.gpu_share)

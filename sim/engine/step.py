@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sim.costs import StepCoefficients
@@ -70,13 +71,7 @@ class Step:
             low = guess + 1
         else:
             high = guess - 1
-        while low < high:
-            mid = (low + high + 1) // 2
-            if self.elapsed_s(mid) <= seconds:
-                low = mid
-            else:
-                high = mid - 1
-        return low
+        return last_at_most(self.elapsed_s, seconds, low, high)
 
     def _guess_iterations(self, seconds: float) -> int:
         """Approximately solve ``elapsed_s(k) = seconds`` for k >= 1 (only a hint: rounding may be off by one)."""
@@ -90,3 +85,15 @@ class Step:
         if half <= 0:
             return 1 + int(rest / step) if step > 0 else self.iterations
         return 1 + int((math.sqrt(linear * linear + 4 * half * rest) - linear) / (2 * half))
+
+
+def last_at_most(value_of: Callable[[int], float], bound: float, low: int, high: int) -> int:
+    """The largest m in [``low``, ``high``] with ``value_of(m) <= bound``, by bisection: ``value_of`` never
+    decreases, and ``value_of(low) <= bound`` (or ``low`` is the answer by convention)."""
+    while low < high:
+        middle = (low + high + 1) // 2
+        if value_of(middle) <= bound:
+            low = middle
+        else:
+            high = middle - 1
+    return low
