@@ -17,12 +17,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from sim.scenario import parse_scenario, read_yaml
 from sim.simulation import simulate
 from sim.sweep.spec import set_path
+from sim.workload.chunk import RequestChunk
 
 ROOT = Path(__file__).resolve().parents[1]
 # (scenario, policy, params, seconds of workload, mode): short runs, but each makes its policy act ("user": USER_POLICY).
@@ -91,6 +93,21 @@ def run_all(out: Path) -> None:
                           mode=mode)
         result.requests[COLUMNS].to_parquet(out / f"{k}.parquet")
         (out / f"{k}.json").write_text(json.dumps(result.events["kind"].value_counts().sort_index().to_dict()))
+    result = simulate(_scenario("mixed.yaml", None), chunks=_numpy_id_chunks(), base_dir=ROOT / "scenarios",
+                      policy="static")
+    result.requests[COLUMNS].to_parquet(out / "numpy-ids.parquet")
+    (out / "numpy-ids.json").write_text(json.dumps({"prefix_hit_tokens": result.summary["prefix_cache"]["prefix_hit_tokens"]}))
+
+
+def _numpy_id_chunks() -> list[RequestChunk]:
+    """Requests as a Python-API user may build them: prefix ids as numpy arrays (numpy integers), which the
+    compiled engine's typed code refused until the arrival stream made them Python ints."""
+    n = 40
+    ids = np.empty(n, object)
+    for i in range(n):
+        ids[i] = np.array([i % 2, 7], dtype=np.int64) if i % 3 else (np.int64(i % 2), np.int64(7))
+    return [RequestChunk(np.arange(n) * 0.5, np.array(["qwen2.5-3b"] * n), np.full(n, 1200), np.full(n, 40),
+                         prefix_ids=ids)]
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +138,7 @@ def test_compiled_engine_gives_identical_results(compiled_copy, tmp_path):
         pd.testing.assert_frame_equal(pure, compiled, check_exact=True, obj=f"run {run}")
         assert json.loads((tmp_path / "pure" / f"{k}.json").read_text()) == \
             json.loads((tmp_path / "compiled" / f"{k}.json").read_text()), run
+    pure, compiled = (pd.read_parquet(tmp_path / build / "numpy-ids.parquet") for build in ("pure", "compiled"))
+    pd.testing.assert_frame_equal(pure, compiled, check_exact=True, obj="numpy prefix ids")
+    hits = [json.loads((tmp_path / build / "numpy-ids.json").read_text()) for build in ("pure", "compiled")]
+    assert hits[0] == hits[1] and hits[0]["prefix_hit_tokens"] > 0 and (pure["status"] == "completed").all()

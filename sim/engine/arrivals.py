@@ -10,7 +10,7 @@ sees them (the rule fast-forward and per-iteration modes share).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Final, Iterable, Iterator
+from typing import Any, Callable, Final, Iterable, Iterator, cast
 
 import numpy as np
 import simpy
@@ -109,8 +109,18 @@ def _prefix_column(prefix_ids: np.ndarray | None) -> list | None:
     """A chunk's prefix ids as one tuple (or None) per request; None when no request has any."""
     if prefix_ids is None:
         return None
-    column = [tuple(ids) if ids is not None and len(ids) else None for ids in prefix_ids.tolist()]
+    column = [_id_tuple(ids) if ids is not None and len(ids) else None for ids in prefix_ids.tolist()]
     return column if any(ids is not None for ids in column) else None
+
+
+def _id_tuple(ids: Iterable[object]) -> tuple[int, ...]:
+    """One request's prefix ids as a tuple of Python ints. The trace readers give those already; a chunk built
+    through the Python API may hold numpy arrays or numpy integers, which the compiled engine refuses
+    (checked on the first id only, to keep this O(1) a request)."""
+    values = tuple(ids)
+    if type(values[0]) is int:
+        return cast("tuple[int, ...]", values)
+    return tuple(int(value) for value in values)  # type: ignore[call-overload]
 
 
 def run(env: simpy.Environment, engine: Engine, arrivals: ArrivalStream) -> None:
