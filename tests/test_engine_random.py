@@ -134,3 +134,29 @@ def test_random_runs_end_account_for_every_request_and_agree_across_modes(case):
     assert (frame["status"] == reference["status"]).all()
     assert (frame["cached_prompt_tokens"] == reference["cached_prompt_tokens"]).all()
     assert_same_times(frame, reference, label=policy)
+
+
+def test_an_unload_ending_during_a_time_shared_run_frees_memory_after_the_iterations_before_it():
+    """Found by the hunt above (fcfs-swap, four deployments on one GPU, prefix caching): mistral-7b's unload ended
+    while the other two took turns, and freed its memory before the iterations that had ended earlier were applied,
+    so one of them allocated a block without evicting an idle cached prefix block, which a later prompt then hit.
+    Exact mode evicted it: cached prompt tokens and times differed between the modes."""
+    rows = [(0.0, "mistral-7b", 1, 1, ()), (0.0, "mistral-7b", 1, 1, ()), (0.0, "mistral-7b", 340, 1, ()),
+            (0.0, "qwen2.5-3b", 335, 3, ()), (0.0, "qwen2.5-3b", 8857, 175, ()), (0.0, "small-b", 9, 1, (1,)),
+            (0.0, "small-c", 1, 1, ()), (0.0, "small-b", 3203, 2, (1,)), (0.0, "mistral-7b", 430, 148, ()),
+            (0.0, "small-b", 600, 3, ())]
+    models = ["mistral-7b", "qwen2.5-3b", "small-b", "small-c"]
+    scenario = parse_scenario({
+        "name": "random", "seed": 1, "profile": "paper-rtx5000",
+        "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 35.50299909379747, "host_memory_gb": 0.05},
+        "models": [{"name": m} if m in MODELS else {"name": "qwen2.5-3b", "alias": m} for m in models],
+        "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
+                                   "mix": {m: 1.0 for m in models}, "prompt_tokens": {"dist": "constant", "value": 10},
+                                   "output_tokens": {"dist": "constant", "value": 10}}, "prefix_block_tokens": 8},
+        "slo": {"default": {"ttft_s": 2.0}},
+        "engine": {"max_num_seqs": 1, "max_num_batched_tokens": 256, "block_size": 8, "chunked_prefill": False,
+                   "preemption_mode": "recompute", "prefix_caching": True},
+    }, "random")
+    fast, exact = (run(scenario, rows, "fcfs-swap", mode).requests.set_index("id").sort_index() for mode in ("fast", "exact"))
+    assert list(fast["cached_prompt_tokens"]) == list(exact["cached_prompt_tokens"])
+    assert_same_times(fast, exact, columns=("first_scheduled_s", "first_token_s", "finish_s"))

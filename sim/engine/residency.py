@@ -131,6 +131,7 @@ def _finish_load(engine: Engine, instance: Instance, seconds: float,
     if instance.status != "loading" and instance.status != "starting":
         return  # unloaded before its weights were in
     if prefixes and instance.prefix_cache is not None:
+        instance.gpu.sync()  # a co-resident window's iterations before now evicted with the memory of before
         instance.gpu.releases += 1
         instance.prefix_cache.restore(prefixes, instance.gpu.releases)
         instance.gpu.evict_idle_cache()
@@ -186,6 +187,9 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
     while gpu.current is not None and gpu.current.instance is instance:
         yield gpu.current_done
     now = env.now
+    # Another instance's window or time-shared run may be under way: its iterations up to now allocate (and evict
+    # idle cached blocks) with the memory as it was before this release, as they did one by one in exact mode.
+    gpu.sync()
     transfer_s = 0.0
     for request in (*instance.running, *instance.prefilling):
         transfer_s = max(transfer_s, engine.preempt(instance, request, mode, now))
@@ -207,6 +211,8 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
             request.add_loss("unload", unload_s)
             request.pause_charged += unload_s
     spans = instance.shards or [gpu]
+    for shard in spans:
+        shard.sync()  # the iterations before now ran beside the weights still resident
     if keep_on_host:
         for node_index in sorted({shard.node for shard in spans}):  # each node keeps its shards' share
             on_node = sum(1 for shard in spans if shard.node == node_index)
