@@ -408,3 +408,16 @@ def test_servegen_window_rates_are_bounded(tmp_path):
     data["workload"]["generator"]["arrivals"] = {"process": "servegen", "path": "w.csv"}
     refused(["run", write_yaml(tmp_path / "s.yaml", data), "--out", tmp_path / "o"], "w.csv", "line 1", "rate_rps",
             out=tmp_path / "o")
+
+
+@pytest.mark.parametrize(("policy", "expected"), [
+    ({"name": "paper-preemption"}, ["policy.params", "asks for model 'qwen3-8b'", "serves 'qwen2.5-3b'"]),
+    ({"name": "paper-preemption", "params": {"model_a": "qwen2.5-3b", "model_b": "qwen2.5-3b", "gpu": 3}},
+     ["policy.params.gpu", "is 3; the cluster has GPUs 0 to 0"]),
+    ({"name": "paper-offload", "params": {"gpu": 2}}, ["policy.params.gpu", "is 2"]),
+])
+def test_paper_policies_name_a_model_or_gpu_the_scenario_lacks(tmp_path, policy, expected):
+    """`mmsim run scenarios/offload.yaml --policy paper-preemption` was a KeyError traceback (exit 1): the paper's
+    policies name their models and GPU in parameters, whose defaults fit the paper's scenarios only."""
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(policy=policy))
+    refused(["run", scenario, "--out", tmp_path / "o"], *expected, out=tmp_path / "o")

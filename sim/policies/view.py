@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from sim.errors import MmsimError
+
 if TYPE_CHECKING:  # the engine imports this module: its types are for the type checker and mypyc only
     from sim.costs import ModelCosts
     from sim.engine.engine import Engine, EngineConfig
@@ -41,7 +43,13 @@ class ClusterView:
         return tuple(self._engine.model_names)
 
     def model_index(self, name: str) -> int:
-        return self._engine.model_index[name]
+        """The index of the model the scenario serves as ``name`` (its alias, where it has one)."""
+        index = self._engine.model_index.get(name)
+        if index is None:
+            served = ", ".join(repr(model) for model in self._engine.model_names)
+            raise MmsimError(f"{self._engine.policy.name or type(self._engine.policy).__name__} asks for model "
+                             f"{name!r}, which the scenario does not serve (it serves {served})", field="policy.params")
+        return index
 
     def costs(self, model: int) -> ModelCosts:
         """The :class:`sim.costs.ModelCosts` of a model: reload/unload seconds, swap penalty, offload steps."""

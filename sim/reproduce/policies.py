@@ -6,8 +6,16 @@ numbers they produce come from the profile, exactly as in ``mmsim run``.
 
 from __future__ import annotations
 
+from sim.errors import MmsimError
 from sim.policies.base import Policy
 from sim.policies.registry import register
+
+
+def numbered_gpu(view, index: int):
+    """The cluster's GPU ``index`` (the ``gpu`` parameter of the paper's policies)."""
+    if not 0 <= index < len(view.gpus):
+        raise MmsimError(f"is {index}; the cluster has GPUs 0 to {len(view.gpus) - 1}", field="policy.params.gpu")
+    return view.gpus[index]
 
 
 @register
@@ -30,7 +38,7 @@ class PaperPreemption(Policy):
 
     def setup(self, view) -> None:
         self.a, self.b = view.model_index(self.model_a), view.model_index(self.model_b)
-        self.device = view.gpus[self.gpu]
+        self.device = numbered_gpu(view, self.gpu)
         self.job_a = self.job_b = None
         self.instance_b = None
         self.timer_set = False
@@ -99,4 +107,4 @@ class PaperOffload(Policy):
         return {"gpu_share": 1.0, "gpu": 0}
 
     def setup(self, view) -> None:
-        view.load(0, view.gpus[self.gpu], gpu_share=self.gpu_share)
+        view.load(0, numbered_gpu(view, self.gpu), gpu_share=self.gpu_share)
