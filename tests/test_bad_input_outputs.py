@@ -143,6 +143,14 @@ def test_policy_file_on_the_command_line_needs_no_flag(tmp_path):
     assert code == 0, text
 
 
+def test_policy_declaring_an_unknown_waiting_order_is_refused(tmp_path):
+    write(tmp_path / "p.py", "from sim.policies import Policy\nclass P(Policy):\n    name = 'p'\n"
+                             "    waiting_order = 'sorted'\n    def order_waiting(self, instance, view):\n        pass\n")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["run", scenario, "--policy", f"{tmp_path}/p.py:P", "--out", tmp_path / "o"],
+            "waiting_order is 'sorted'", "'fixed-key'", out=tmp_path / "o")
+
+
 def test_help_says_policy_files_are_executed():
     code, text = cli("run", "--help")
     assert code == 0 and "executed" in text

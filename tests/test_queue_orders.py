@@ -32,7 +32,7 @@ def test_aged_shortest_first_matches_its_sort_key(seed: int) -> None:
     queue = random_queue(rng, rng.randint(0, 40))
     now, aging = float(rng.randint(5, 9)), rng.choice([0.5, 2, 0.0])
     expected = sorted(queue, key=lambda r: (r.predicted_output_tokens - aging * (now - r.arrival_s), r.arrival_s, r.id))
-    sort_queue(queue, AgedShortestFirst(now, aging))
+    sort_queue(queue, AgedShortestFirst(aging))
     assert list(queue) == expected
 
 
@@ -52,5 +52,28 @@ def test_sort_queue_keeps_equal_requests_in_their_order() -> None:
     first, second = Request(7, 0, 1.0, 10, 10, 5), Request(7, 0, 1.0, 10, 10, 5)
     queue = deque([Request(9, 0, 0.0, 10, 10, 9), first, second, Request(3, 0, 0.0, 10, 10, 1)])
     expected = sorted(queue, key=lambda r: (r.predicted_output_tokens, r.arrival_s, r.id))
-    sort_queue(queue, AgedShortestFirst(2.0, 0.0))
+    sort_queue(queue, AgedShortestFirst(0.0))
     assert list(queue) == expected and queue[1] is first and queue[2] is second
+
+
+def test_a_subclass_with_an_order_of_its_own_is_not_taken_for_a_sort_by_key() -> None:
+    """Fast-forward trusts a policy's ``waiting_order``; a subclass that reorders the queue its own way must not
+    inherit its parent's declaration (the engine would then skip boundaries at which its order changes)."""
+    from sim.policies.slo_aware import SloAwarePolicy
+    from sim.policies.swap_aware import SwapAwarePolicy
+
+    class OwnOrder(SwapAwarePolicy):
+        def order_waiting(self, instance, view) -> None:
+            instance.waiting.reverse()
+
+    class SameOrder(SwapAwarePolicy):
+        pass
+
+    class Declared(SwapAwarePolicy):
+        waiting_order = "by-key"
+
+        def order_waiting(self, instance, view) -> None:
+            super().order_waiting(instance, view)
+
+    assert (SwapAwarePolicy.waiting_order, SloAwarePolicy.waiting_order) == ("fixed-key", "by-key")
+    assert (OwnOrder.waiting_order, SameOrder.waiting_order, Declared.waiting_order) == ("own", "fixed-key", "by-key")

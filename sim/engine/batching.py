@@ -123,6 +123,20 @@ def head_starts(engine: Engine, instance: Instance, request: Request) -> bool:
     return need_blocks <= instance.spare_blocks()
 
 
+def any_waiting_starts(engine: Engine, instance: Instance, budget_whole: bool) -> bool:
+    """Whether any of ``instance``'s waiting requests would start at a boundary if it stood at the head of the
+    queue, where a policy that sorts by key may put any of them: :func:`head_starts` for each, or, with
+    ``budget_whole`` (after a prefill iteration, whose chunks leave the token budget whole again), by KV room
+    alone."""
+    for request in instance.waiting:
+        if budget_whole:
+            if start_need(engine, instance, request)[0] <= instance.spare_blocks():
+                return True
+        elif head_starts(engine, instance, request):
+            return True
+    return False
+
+
 def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hits: int, idle_hits: int) -> None:
     """A request starting on ``instance`` holds the ``hits`` cached blocks its prompt begins with and
     prefills from there; counted for the model's prefix-cache hit rate."""

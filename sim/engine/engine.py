@@ -79,6 +79,10 @@ class Engine:
         self.hooks_step: bool = "on_step" in hooks
         self.hooks_finish: bool = "on_finish" in hooks
         self.reorders_waiting: bool = policy.reorders_waiting
+        # What fast-forward may assume of the waiting queue's order (see sim.policies.base.WAITING_ORDERS):
+        order = policy.waiting_order if policy.reorders_waiting else "fcfs"
+        self.sorts_waiting_by_key: bool = order in ("by-key", "fixed-key")  # any waiting request may come first
+        self.waiting_head_holds: bool = order in ("fcfs", "fixed-key")  # a head that cannot start stays ahead
         self.fast = fast
         self.pending: list[deque[Request]] = [deque() for _ in model_names]
         self.pending_total = 0  # requests in all of ``pending``: asked on every finish, where 20 queues cost a scan
@@ -236,14 +240,14 @@ class Engine:
         Only then is a fast-forward window (or a time-shared run it takes part in) worth cutting short; the
         check is conservative (free blocks only shrink while batches decode), so skipping it changes no result."""
         step, run = instance.gpu.current, instance.gpu.run
-        if step is None or self.reorders_waiting:
-            return True
+        if step is None or (self.reorders_waiting and not self.sorts_waiting_by_key):
+            return True  # wherever the policy puts it, and whatever it does to the queue's order
         if step.instance is not instance and (run is None or instance not in run.instances):
             return True  # not running there, its instance may join the GPU's round robin and change its order
         if request.state == "swapped":
             if instance.swapped[0] is not request:
                 return False  # older swapped requests, which come back first, are already blocked ahead of it
-        elif instance.swapped or len(instance.waiting) > 1:
+        elif instance.swapped or (len(instance.waiting) > 1 and not self.reorders_waiting):
             return False  # FCFS: older requests are already blocked ahead of it, or swapped ones hold it back
         if len(instance.running) + len(instance.prefilling) >= self.config.max_num_seqs:
             return False

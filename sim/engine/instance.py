@@ -261,7 +261,7 @@ class Instance:
         window like any other (an arrival or a load still cuts the window there)."""
         if engine.hooks_step or not self._nothing_can_start(engine, after_prefill=True):
             return 0, 0, 0
-        if self._may_fill_head_prefix(prefills):
+        if self._may_fill_waiting_prefix(engine, prefills):
             return 0, 0, 0
         following = self.iteration + 1
         finishing = self.finishing
@@ -288,10 +288,16 @@ class Instance:
             return 0, 0, 0
         return steps, batch + len(joining), context + joining_tokens
 
-    def _may_fill_head_prefix(self, prefills: list[tuple[Request, int]]) -> bool:
-        """Whether this step's chunks may put blocks in the prefix cache that the waiting head would find,
-        so that it needs fewer free blocks at the boundary after them than it does now."""
-        if self.prefix_cache is None or not self.waiting or self.waiting[0].prefix_ids is None:
+    def _may_fill_waiting_prefix(self, engine: Engine, prefills: list[tuple[Request, int]]) -> bool:
+        """Whether this step's chunks may put blocks in the prefix cache that the waiting head (any waiting
+        request, when the queue's order changes with the clock) would find, so that it needs fewer free blocks at the
+        boundary after them than it does now."""
+        if self.prefix_cache is None or not self.waiting:
+            return False
+        if not engine.waiting_head_holds:
+            if all(request.prefix_ids is None for request in self.waiting):
+                return False
+        elif self.waiting[0].prefix_ids is None:
             return False
         return any(request.prefix_path is not None for request, _ in prefills)
 
@@ -302,13 +308,14 @@ class Instance:
         A full batch stays full, and KV room only shrinks while a batch decodes. Between decode iterations
         the token budget stays the same too, so an FCFS head that cannot start now cannot start later;
         after a prefill iteration the budget is whole again, and only a head without KV room stays out.
-        A policy that reorders the queue may put another request at its head at any boundary."""
+        A policy whose order changes with the clock may put another request at its head at any boundary: if it
+        sorts by key, none of them may be able to start there; if not, the queue must be empty."""
         if not self.waiting or len(self.running) + len(self.prefilling) >= self.config.max_num_seqs:
             return True  # swapped requests come back by KV room and batch size alone: they stay out too
         if self.swapped:
             return True  # and while one is out, nothing waiting starts
-        if engine.reorders_waiting:
-            return False
+        if not engine.waiting_head_holds:
+            return engine.sorts_waiting_by_key and not batching.any_waiting_starts(engine, self, after_prefill)
         if not after_prefill:
             return True
         return batching.start_need(engine, self, self.waiting[0])[0] > self.spare_blocks()

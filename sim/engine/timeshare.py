@@ -291,7 +291,8 @@ def holds_still(engine: Engine, instance: Instance) -> bool:
     requests start by free KV room (which only shrinks while the members decode), batch size and token budget
     (which stay) and the prefix cache's hits (which evictions only take away). Asked of every active instance
     at the run's start, with the numbers of now, whatever its last boundary saw. A policy that reorders the
-    waiting queue may put another request at its head at any boundary."""
+    waiting queue may put another request at its head at any boundary: if it sorts by key, none of them may
+    be able to start; if not, the queue must be empty."""
     if instance.prefilling:
         return False
     config = engine.config
@@ -301,7 +302,7 @@ def holds_still(engine: Engine, instance: Instance) -> bool:
         return blocks_for(instance.swapped[0].context_tokens + 1, config.block_size) > instance.spare_blocks()
     if not instance.waiting:
         return True
-    if engine.reorders_waiting:
-        return False
+    if engine.reorders_waiting:  # the head now may not be the head the next sort makes: ask of them all
+        return engine.sorts_waiting_by_key and not batching.any_waiting_starts(engine, instance, budget_whole=False)
     return not batching.head_starts(engine, instance, instance.waiting[0])
 

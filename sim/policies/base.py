@@ -10,7 +10,7 @@ unload or preempt. It never changes engine state directly.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 try:
     from mypy_extensions import mypyc_attr
@@ -41,6 +41,15 @@ def latest_admitted(instance: Instance) -> Request:
     if latest is None:
         raise ValueError(f"instance {instance.name} has no running or prefilling request to preempt")
     return latest
+
+
+WAITING_ORDERS: Final = ("fcfs", "own", "by-key", "fixed-key")
+"""The kinds of ``Policy.waiting_order``. "fcfs": the queue is not reordered. "own": any reordering; fast-forward
+windows then start only while the queue is empty or the batch full. "by-key": a sort by a strict total order of
+the requests and the clock (ties broken by id), so the order at a boundary does not depend on the sorts before it;
+windows start when no waiting request could start wherever it stood. "fixed-key": such a sort under which the
+order of two waiting requests never changes as the clock moves; as under FCFS, only the head must be unable to
+start, and an arrival that could start (wherever it sorts) cuts the window."""
 
 
 class QueueOrder:
@@ -98,10 +107,18 @@ class Policy:
         # The engine may skip waking a busy GPU for an arrival queued behind blocked FCFS
         # requests; a policy that reorders the waiting queue must always be woken.
         cls.reorders_waiting = cls.order_waiting is not Policy.order_waiting
+        if "order_waiting" in vars(cls) and "waiting_order" not in vars(cls):
+            cls.waiting_order = "own"  # an order of its own, not declared a sort by key
+        if cls.waiting_order not in WAITING_ORDERS:
+            raise TypeError(f"policy {cls.__name__}: waiting_order is {cls.waiting_order!r}; expected one of "
+                            + ", ".join(repr(kind) for kind in WAITING_ORDERS))
         # The engine skips calling hooks left at their defaults (a call per request or step otherwise).
         cls.overridden_hooks = frozenset(hook for hook in HOT_HOOKS if getattr(cls, hook) is not getattr(Policy, hook))
 
     reorders_waiting: ClassVar[bool] = False
+    waiting_order: ClassVar[str] = "fcfs"
+    """What ``order_waiting`` does, which tells fast-forward which iteration boundaries it may skip (see
+    ``WAITING_ORDERS``). A subclass that overrides ``order_waiting`` gets "own" unless it declares another."""
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **params: Any) -> None:

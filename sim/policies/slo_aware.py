@@ -80,6 +80,8 @@ class SloAwarePolicy(SwapAwarePolicy):
             return  # the usual case at an admission: nothing to reorder
         sort_queue(instance.waiting, EarliestSavableDeadlineFirst(view.now, view.slo(instance.model)))
 
+    waiting_order = "by-key"  # EarliestSavableDeadlineFirst: (late, deadline, id); late changes with the clock
+
     def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         if not instance.running:  # only prefills hold blocks (a later chunk found none): the latest, recomputed
             return youngest_victim(instance, view)

@@ -106,15 +106,16 @@ def load_s(view: ClusterView, model: int, gpu: Gpu) -> float:
 
 
 class AgedShortestFirst(QueueOrder):
-    """Shortest predicted output first, less ``aging_tokens_per_s`` per second waited: the sort key
-    (predicted_output_tokens - aging_tokens_per_s x waited, arrival_s, id)."""
+    """Shortest predicted output first, less ``aging_tokens_per_s`` per second waited. Every waiting request
+    ages at the same rate, so the order is that of (predicted_output_tokens + aging_tokens_per_s x arrival_s,
+    arrival_s, id): predicted tokens less the aging, shifted by the same amount for all. Computed without the
+    clock, the order of two waiting requests is the same at every instant, in floating point too."""
 
-    def __init__(self, now: float, aging_tokens_per_s: float):
-        self.now = now
+    def __init__(self, aging_tokens_per_s: float):
         self.aging = float(aging_tokens_per_s)  # an int parameter multiplies as its float does
 
     def aged_tokens(self, request: Request) -> float:
-        return request.predicted_output_tokens - self.aging * (self.now - request.arrival_s)
+        return request.predicted_output_tokens + self.aging * request.arrival_s
 
     def before(self, a: Request, b: Request) -> bool:
         aged_a, aged_b = self.aged_tokens(a), self.aged_tokens(b)
@@ -172,7 +173,9 @@ class SwapAwarePolicy(Policy):
     def order_waiting(self, instance: Instance, view: ClusterView) -> None:
         if len(instance.waiting) < 2:
             return  # the usual case at an admission: nothing to reorder
-        sort_queue(instance.waiting, AgedShortestFirst(view.now, self.aging_tokens_per_s))
+        sort_queue(instance.waiting, AgedShortestFirst(self.aging_tokens_per_s))
+
+    waiting_order = "fixed-key"  # AgedShortestFirst: every request ages at the same rate
 
     def on_arrival(self, request: Request, view: ClusterView) -> None:
         if request.instance is None:  # not routed: its model has no instance that takes it
