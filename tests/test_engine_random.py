@@ -160,3 +160,28 @@ def test_an_unload_ending_during_a_time_shared_run_frees_memory_after_the_iterat
     fast, exact = (run(scenario, rows, "fcfs-swap", mode).requests.set_index("id").sort_index() for mode in ("fast", "exact"))
     assert list(fast["cached_prompt_tokens"]) == list(exact["cached_prompt_tokens"])
     assert_same_times(fast, exact, columns=("first_scheduled_s", "first_token_s", "finish_s"))
+
+
+def test_offload_aware_leaves_its_partial_copy_room_for_the_request_it_was_loaded_for():
+    """Found by the hunt above: offload-aware loaded qwen2.5-3b with 5/6 of its layers beside qwen3-8b, keeping
+    4,096 tokens of KV room, for a 7,116-token prompt; the prompt could not start, the stuck copy was unloaded to
+    make room, and loaded again in the same place, 1,000 times, until the progress guard stopped the run."""
+    rows = [(0.0, "qwen3-8b", 1, 1, ())] * 5 + [(0.64, "qwen3-8b", 1, 440, ()), (1.25, "qwen3-8b", 1, 1, ()),
+            (1.71, "qwen3-8b", 1, 1, ()), (4.35, "qwen2.5-3b", 7116, 1, ())] + [(0.0, "qwen3-8b", 1, 1, ())] * 4 + [
+            (0.0, "qwen3-8b", 1208, 1, ())]
+    models = ["qwen3-8b", "qwen2.5-3b"]
+    scenario = parse_scenario({
+        "name": "random", "seed": 1, "profile": "paper-rtx5000",
+        "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 24.0, "host_memory_gb": 0.05},
+        "models": [{"name": m} for m in models],
+        "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
+                                   "mix": {m: 1.0 for m in models}, "prompt_tokens": {"dist": "constant", "value": 10},
+                                   "output_tokens": {"dist": "constant", "value": 10}}},
+        "slo": {"default": {"ttft_s": 2.0}},
+        "engine": {"max_num_seqs": 1, "max_num_batched_tokens": 4096, "block_size": 8, "chunked_prefill": False,
+                   "preemption_mode": "recompute", "prefix_caching": False},
+    }, "random")
+    with wall_clock_limit(RUN_LIMIT_S):
+        fast, exact = (run(scenario, rows, "offload-aware", mode) for mode in ("fast", "exact"))
+    assert (fast.requests["status"] == "completed").all() and fast.summary["loads"] < 10
+    assert_same_times(fast.requests, exact.requests)

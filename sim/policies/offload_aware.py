@@ -81,9 +81,11 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         return slowdown <= self.max_slowdown and view.load(model, gpu, gpu_share=share) is not None
 
     def best_partial_share(self, view: ClusterView, model: int) -> tuple[float, Gpu | None]:
-        """The largest layer share (whole layers, ≥ ``min_gpu_share``) that fits a free gap with KV room, and that GPU."""
+        """The largest layer share (whole layers, ≥ ``min_gpu_share``) that fits a free gap with KV room (what
+        :meth:`kv_reserve_bytes` asks: a partial copy without room for its oldest pending request to start would be
+        unloaded again to make room for it, and loaded again, for ever), and that GPU."""
         costs = view.costs(model)
-        reserve = self.kv_reserve_tokens * costs.kv_bytes_per_token
+        reserve = self.kv_reserve_bytes(view, model)
         layers = costs.num_layers
         best_share, best_gpu = 0.0, None
         for gpu in view.gpus:
