@@ -160,7 +160,10 @@ def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, 
               (bad_prompt, why_prompt), (bad_output, why_output)]
     optional = {}
     if "priority" in frame:
-        priority, bad_priority, why_priority = native_numbers("priority", frame["priority"].fillna(0))
+        priorities = frame["priority"]
+        if priorities.dtype.kind not in "biuf":  # text cells (a str column refuses a number as its fill value)
+            priorities = priorities.astype(object)
+        priority, bad_priority, why_priority = native_numbers("priority", priorities.fillna(0))
         optional["priority"] = priority
         checks.append((bad_priority, why_priority))
     if "slo_class" in frame:
