@@ -66,7 +66,7 @@ class ProgressGuard:
 
     def diagnosis(self, now: float) -> str:
         engine = self.engine
-        head = (f"{engine.policy.name or type(engine.policy).__name__}: no token computed since "
+        head = (f"{engine.policy.label}: no token computed since "
                 f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {engine.outstanding:,} request(s) outstanding")
         loads = sum(self.loads.values())
         if loads:

@@ -126,6 +126,11 @@ class Policy:
 
         apply_params(self, params)
 
+    @property
+    def label(self) -> str:
+        """How messages name this policy: its registered name, or its class's for a policy without one."""
+        return self.name or type(self).__name__
+
     @classmethod
     def param_defaults(cls) -> dict[str, Any]:
         """Parameters this policy accepts, with their defaults."""

@@ -47,7 +47,7 @@ class ClusterView:
         index = self._engine.model_index.get(name)
         if index is None:
             served = ", ".join(repr(model) for model in self._engine.model_names)
-            raise MmsimError(f"{self._engine.policy.name or type(self._engine.policy).__name__} asks for model "
+            raise MmsimError(f"{self._engine.policy.label} asks for model "
                              f"{name!r}, which the scenario does not serve (it serves {served})", field="policy.params")
         return index
 
