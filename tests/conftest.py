@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+MMSIM_CLI = [sys.executable, "-c", "from sim.cli import main; main()"]
+"""The ``mmsim`` command of the Python running the tests, whatever other ``mmsim`` comes first on PATH."""
 
 
 @pytest.fixture

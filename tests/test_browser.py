@@ -25,6 +25,8 @@ import yaml
 from sim.reports.compare import compare
 from tests.conftest import REPO
 
+from conftest import MMSIM_CLI
+
 SCENARIO = {
     "name": "browser", "seed": 5, "profile": "paper-rtx5000",
     "cluster": {"nodes": 1, "gpus_per_node": 2, "host_memory_gb": 64},
@@ -110,15 +112,14 @@ def test_deciding_columns_visible_without_scrolling(report, width, tmp_path):
 def test_mixed_report_is_refused_in_the_cli(report, tmp_path):
     """Runs of two profiles: `mmsim report` exits 2 naming the field; --allow-mixed shows two groups."""
     import os
-    import sys
-
+    
     runs = report.parent / "runs"
     other = tmp_path / "other"
     shutil.copytree(runs / sorted(p.name for p in runs.iterdir())[0], other)
     summary = json.loads((other / "summary.json").read_text())
     summary["profile"] = "cpu-calibrated"
     (other / "summary.json").write_text(json.dumps(summary))
-    mmsim = [sys.executable, "-c", "from sim.cli import main; main()"]
+    mmsim = MMSIM_CLI
     env = {**os.environ, "COLUMNS": "200"}
     refused = subprocess.run([*mmsim, "report", str(runs), str(other), "--out", str(tmp_path / "r.html")],
                              capture_output=True, text=True, timeout=300, env=env)

@@ -17,6 +17,8 @@ from sim.cli import main  # noqa: E402
 from sim.profile import load_profile  # noqa: E402
 from test_calibrate_bench import TINY, TINY_PLAN  # noqa: E402
 
+from conftest import MMSIM_CLI
+
 
 def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     monkeypatch.setattr(sys, "argv", ["mmsim", *args])
@@ -95,7 +97,7 @@ def test_quick_cpu_calibration_of_a_real_model_validates_within_target(request, 
     if "slow" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("end-to-end calibration of a real model: run with -m slow")
     out = tmp_path / "p.json"
-    cli = [sys.executable, "-c", "from sim.cli import main; main()"]
+    cli = MMSIM_CLI
     subprocess.run([*cli, "calibrate", "--device", "cpu", "--quick", "--out", str(out)], check=True)
     result = subprocess.run([*cli, "calibrate", "validate", str(out), "--json"], check=True, capture_output=True, text=True)
     report = json.loads(result.stdout)

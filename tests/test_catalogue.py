@@ -10,6 +10,8 @@ import pytest
 from sim.catalogue import catalogue, get_model
 from sim.errors import MmsimError
 
+from conftest import MMSIM_CLI
+
 REQUIRED = ["qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen3-8b", "qwen3-32b", "llama-2-7b",
             "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3.1-70b", "mistral-7b"]
 
@@ -50,7 +52,7 @@ def test_unknown_model_is_a_user_error():
 
 
 def test_cli_models_show_json():
-    out = subprocess.run(["mmsim", "models", "show", "qwen3-8b", "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run([*MMSIM_CLI, "models", "show", "qwen3-8b", "--json"], capture_output=True, text=True, check=True)
     data = json.loads(out.stdout)
     for key in ("name", "num_layers", "num_kv_heads", "head_dim", "params", "weight_bytes", "kv_bytes_per_token"):
         assert key in data
@@ -58,7 +60,7 @@ def test_cli_models_show_json():
 
 
 def test_cli_bad_name_exits_2_without_traceback():
-    out = subprocess.run(["mmsim", "models", "show", "nope"], capture_output=True, text=True)
+    out = subprocess.run([*MMSIM_CLI, "models", "show", "nope"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr and "unknown model" in out.stderr
 

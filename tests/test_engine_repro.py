@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,8 @@ import yaml
 
 from sim.catalogue import get_model
 from sim.engine.memory import reserve_bytes
+
+from conftest import MMSIM_CLI
 
 RUN_LIMIT_S = 120
 GIB = 2**30
@@ -47,7 +48,7 @@ def prepare(shared: Path, tmp_path: Path, name: str, scenario_file: str = "scena
 
 def run(scenario: Path, mode: str = "fast") -> tuple[dict, pd.DataFrame]:
     out = scenario.parent / f"out-{mode}"
-    done = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "run", str(scenario), "--mode", mode, "--json", "--out", str(out)],
+    done = subprocess.run([*MMSIM_CLI, "run", str(scenario), "--mode", mode, "--json", "--out", str(out)],
                           capture_output=True, text=True, timeout=RUN_LIMIT_S)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout), pd.read_parquet(out / "requests.parquet")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -14,7 +13,7 @@ from sim.scenario import parse_scenario
 from sim.simulation import simulate
 from sim.workload.chunk import RequestChunk
 
-from conftest import scenario_dict
+from conftest import MMSIM_CLI, scenario_dict
 
 LOOPING_POLICIES = textwrap.dedent('''
     from sim.policies.base import Policy
@@ -94,7 +93,7 @@ def test_the_cli_exits_2_with_the_diagnosis_and_writes_nothing(policy_file, tmp_
     data["workload"]["generator"]["duration_s"] = 5
     path.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "run", str(path),
+    done = subprocess.run([*MMSIM_CLI, "run", str(path),
                            "--policy", f"{policy_file}:Thrash", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr

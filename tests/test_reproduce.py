@@ -16,6 +16,8 @@ from sim.reproduce.experiments import (CHECKPOINTS, PREEMPTION_PROMPT_TOKENS, ru
 from sim.scenario import load_scenario
 from sim.simulation import simulate
 
+from conftest import MMSIM_CLI
+
 
 @pytest.fixture(scope="module")
 def results():
@@ -156,7 +158,7 @@ def test_cli_rejects_bad_options(flags, named):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "reproduce", "paper", *flags],
+    done = subprocess.run([*MMSIM_CLI, "reproduce", "paper", *flags],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and named in done.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +12,8 @@ import yaml
 from rich.console import Console
 
 from sim.cli.run_summary import drops_by_model, next_command, print_run_summary, warnings
+
+from conftest import MMSIM_CLI
 
 
 def summary(**changes) -> dict:
@@ -104,7 +105,7 @@ def test_mmsim_run_prints_the_summary_and_ends_with_the_next_command(tmp_path):
                                    "mix": {"qwen2.5-3b": 1.0}, "prompt_tokens": {"dist": "constant", "value": 100},
                                    "output_tokens": {"dist": "constant", "value": 10}}},
         "slo": {"default": {"ttft_s": 2.0}}}))
-    result = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "run", str(scenario),
+    result = subprocess.run([*MMSIM_CLI, "run", str(scenario),
                              "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "COLUMNS": "200"})
     assert result.returncode == 0, result.stderr

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import wall_clock_limit
+from conftest import MMSIM_CLI, wall_clock_limit
 from sim.errors import MmsimError
 from sim.sweep.execute import Backend, run_sweep
 from sim.sweep.index import read_index
@@ -111,7 +111,7 @@ def test_resume_after_kill_skips_finished_runs(tmp_path):
     scenario["workload"]["generator"]["duration_s"] = 300
     path = write_sweep(tmp_path, {"seed": list(range(1, 13))}, scenario)
     out = tmp_path / "out"
-    command = [sys.executable, "-c", "from sim.cli import main; main()", "sweep", str(path), "--workers", "1", "--out", str(out), "-q"]
+    command = [*MMSIM_CLI, "sweep", str(path), "--workers", "1", "--out", str(out), "-q"]
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(out.glob("runs/*/summary.json"))) < 2 and process.poll() is None:

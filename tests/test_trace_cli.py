@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import mmsim_in_process as mmsim
+from conftest import MMSIM_CLI, mmsim_in_process as mmsim
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / ".." / "shared" / "traces"
@@ -116,7 +116,7 @@ def test_generate_is_deterministic_and_reads_scenarios(tmp_path, capsys):
 
 
 def test_entry_point_exit_code():
-    result = subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", "trace", "stats", "missing.csv"],
+    result = subprocess.run([*MMSIM_CLI, "trace", "stats", "missing.csv"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2 and result.stderr.strip() == "error: missing.csv: trace file not found"
 

@@ -13,6 +13,8 @@ import pytest
 
 from calibrate.vllm_prefix import PrefixCase
 
+from conftest import MMSIM_CLI
+
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 TARGET_PP = 5.0  # the issue's bound on |mmsim - vLLM| hit rate, in percentage points
 TIGHT = PrefixCase(kv_blocks=40)
@@ -51,7 +53,7 @@ def test_ttft_with_prefix_caching_is_within_issue_20s_bound(tmp_path):
     profile = tmp_path / "profile.json"
     limits = case.limits
     calibrated = subprocess.run(
-        [sys.executable, "-c", "from sim.cli import main; main()", "calibrate", "--engine", "vllm", "--device", "cpu",
+        [*MMSIM_CLI, "calibrate", "--engine", "vllm", "--device", "cpu",
          "--quick", "--config", str(config), "--models", "tiny-qwen2", "--dtype", "fp32",
          "--max-num-seqs", str(limits.max_num_seqs), "--max-num-batched-tokens", str(limits.max_num_batched_tokens),
          "--out", str(profile)], capture_output=True, text=True, timeout=300)

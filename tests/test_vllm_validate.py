@@ -19,6 +19,8 @@ from calibrate.vllm_probes import QUICK
 from calibrate.vllm_speed import scaled_step_costs
 from sim.cli import main
 
+from conftest import MMSIM_CLI
+
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 # Bounds for one mid-load level of 30 requests on a shared 2-core machine. The plain errors' bounds are widened
 # by how far the engine's speed moved from its calibration: the larger of its drift (the same steps priced by
@@ -113,7 +115,7 @@ def test_a_small_real_validation_is_within_bounds(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(TINY_QWEN2))
     profile = tmp_path / "profile.json"
-    run = lambda *args: subprocess.run([sys.executable, "-c", "from sim.cli import main; main()", *args],
+    run = lambda *args: subprocess.run([*MMSIM_CLI, *args],
                                        capture_output=True, text=True, timeout=300)
     calibrated = run("calibrate", "--engine", "vllm", "--device", "cpu", "--quick", "--config", str(model / "config.json"),
                      "--models", "tiny-qwen2", "--dtype", "fp32", "--out", str(profile))
