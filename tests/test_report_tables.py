@@ -60,6 +60,13 @@ def test_a_dropping_policy_is_never_best_on_latency():
     assert "800 / 200" in a[2] and "model_<wbr>not_<wbr>served 200" in a[2]
 
 
+def test_drop_reasons_over_several_seeds_say_they_are_summed_beside_the_per_run_means():
+    runs = (make_run("A", 1, good=2.0, slo=0.7, dropped=170), make_run("A", 2, good=2.0, slo=0.7, dropped=190))
+    cell = deciding_cells(summary_tables(groups_of(*runs), [], policy_colours(["A"])), "A")[2]
+    assert "820 / 180" in cell  # per run
+    assert "model_<wbr>not_<wbr>served 360 over 2 runs" in cell
+
+
 def test_the_drop_threshold_is_a_setting():
     html = summary_tables(groups_of(*RUNS), [], policy_colours(["A", "B", "C"]), threshold=0.001)
     assert 'class="best"' not in deciding_cells(html, "C")[TTFT]

@@ -128,9 +128,11 @@ class Drops:
         return f"{round(self.completed / self.runs):,} / {round(self.dropped / self.runs):,}"
 
     def reasons_text(self) -> str:
-        """``reason count, …`` summed over seeds, largest first ("" when nothing was dropped)."""
+        """``reason count, …`` summed over seeds, largest first, saying so when there are several ("" when nothing
+        was dropped): beside the per-run means of :meth:`per_run`, a bare sum reads as a count per run."""
         ranked = sorted(self.reasons.items(), key=lambda item: -item[1])
-        return ", ".join(f"{reason} {count:,}" for reason, count in ranked if count)
+        text = ", ".join(f"{reason} {count:,}" for reason, count in ranked if count)
+        return f"{text} over {self.runs} runs" if text and self.runs > 1 else text
 
 
 def drops(runs: list[RunData]) -> Drops:
