@@ -24,7 +24,7 @@ def pydantic_error_message(error, source: str) -> MmsimError:
     first = error.errors()[0]
     # A key of a data file can be megabytes long: each part of the path is shortened.
     field = ".".join(str(part) if len(str(part)) <= 80 else f"{str(part)[:80]}..." for part in first["loc"]) or "(top level)"
-    detail = first["msg"]
+    detail = first["msg"].removeprefix("Value error, ")  # our validators' own sentences need no pydantic label
     if first.get("type") == "extra_forbidden":
         detail = "unknown field"
     extra = f" ({len(error.errors()) - 1} more problem(s))" if len(error.errors()) > 1 else ""
