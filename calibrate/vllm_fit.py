@@ -13,7 +13,10 @@ Every fit is non-negative least squares on relative error, weighted by 1/fitted 
 a replay's latencies are sums of step times, so a fit must price a step at its mean. Samples more than
 ``OUTLIER_MADS`` robust standard deviations off the fit (a probe caught in another job's burst, which ran
 the same steps up to twice as slow for tens of seconds) are left out and counted. Each term reports its
-residuals (mean and largest relative error over the samples kept) and its outliers.
+residuals (mean and largest relative error over the samples kept) and its outliers. The grids (decode
+and head by batch size) are made non-decreasing in the batch, the closest such grid in weighted least squares:
+measured means of neighbouring batch sizes can invert by noise, and mmsim's profiles refuse a grid that prices
+more sequences below fewer; each term reports how many grid values were pooled.
 """
 
 from __future__ import annotations
@@ -57,6 +60,24 @@ def robust_mean(values: list[float]) -> float:
     """The mean of ``values`` without their outliers (see :func:`inliers`)."""
     v = np.asarray(values, float)
     return float(v[inliers(v / v.mean() - 1)].mean())
+
+
+def non_decreasing(values: list[float], weights: list[float]) -> list[float]:
+    """The weighted least-squares fit to ``values`` (in batch order) that never falls: pool adjacent violators.
+
+    Noise of 10-20% between neighbouring batch sizes would otherwise price a bigger batch below a smaller one,
+    and a step that admits a sequence would get cheaper."""
+    blocks: list[list[float]] = []  # [weighted mean, weight, points pooled]
+    for value, weight in zip(values, weights):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, w2, n2), (m1, w1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, n1 + n2])
+    return [mean for mean, _, count in blocks for _ in range(int(count))]
+
+
+def _pooled(before: list[float], after: list[float]) -> int:
+    return sum(a != b for a, b in zip(before, after))
 
 
 def mean_relative_nnls(columns: list[list[float]], times_s: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +127,7 @@ def fit_overhead(samples: list[dict]) -> tuple[dict, dict]:
 
 def fit_head(samples: list[dict]) -> tuple[dict, dict]:
     """Head seconds: a line over all steps by sequence count, and the mean at each decode batch size (without
-    its outliers)."""
+    its outliers), made non-decreasing in the batch (:func:`non_decreasing`)."""
     rows = [s for s in samples if s["forward_s"] > 0]
     sequences = [s["batch"] + len(s["prefills"]) for s in rows]
     times = [max(s["execute_s"] - s["forward_s"], 1e-7) for s in rows]
@@ -115,7 +136,11 @@ def fit_head(samples: list[dict]) -> tuple[dict, dict]:
     for s, t in zip(rows, times):
         if s["kind"] == "decode":
             by_batch.setdefault(s["batch"], []).append(t)
-    grid = [{"batch": b, "seconds": robust_mean(v)} for b, v in sorted(by_batch.items())]
+    batches = sorted(by_batch)
+    means = [robust_mean(by_batch[b]) for b in batches]
+    seconds = non_decreasing(means, [len(by_batch[b]) for b in batches])
+    report["pooled_for_monotone"] = _pooled(means, seconds)
+    grid = [{"batch": b, "seconds": s} for b, s in zip(batches, seconds)]
     return {"intercept_s": intercept, "per_seq_s": slope, "grid": grid}, report
 
 
@@ -125,21 +150,27 @@ def _layer_time(sample: dict, layers: int) -> float:
 
 
 def fit_decode(samples: list[dict], layers: int) -> tuple[dict, dict]:
-    """Per-layer decode: the affine fit over (B, C) and, at each batch size, ``A(B) + K(B) * C``."""
+    """Per-layer decode: the affine fit over (B, C) and, at each batch size, ``A(B) + K(B) * C`` with A and K
+    made non-decreasing in B (:func:`non_decreasing`)."""
     decode = [s for s in samples if s["kind"] == "decode"]
     times = [_layer_time(s, layers) for s in decode]
     columns = [[1.0] * len(decode), [float(s["batch"]) for s in decode], [s["context_tokens"] for s in decode]]
     (base, per_seq, per_context), report = _fit(columns, times)
-    grid, per_batch = [], {}
-    for batch in sorted({s["batch"] for s in decode}):
+    batches, bases, slopes, counts, per_batch = sorted({s["batch"] for s in decode}), [], [], [], {}
+    for batch in batches:
         rows = [(s["context_tokens"], t) for s, t in zip(decode, times) if s["batch"] == batch]
         if len({c for c, _ in rows}) > 1:
             (a, k), per_batch[batch] = _fit([[1.0] * len(rows), [c for c, _ in rows]], [t for _, t in rows])
         else:  # one context only: the shared per-context slope
             k = per_context
             a = max(0.0, statistics.fmean(t - k * c for c, t in rows))
-        grid.append({"batch": batch, "base_s": a, "per_context_token_s": k})
+        bases, slopes, counts = bases + [a], slopes + [k], counts + [len(rows)]
+    # Both terms must not fall as the batch grows: with a falling per-token term, one more sequence would make
+    # a step over a long context cheaper.
+    monotone_bases, monotone_slopes = non_decreasing(bases, counts), non_decreasing(slopes, counts)
+    grid = [{"batch": b, "base_s": a, "per_context_token_s": k} for b, a, k in zip(batches, monotone_bases, monotone_slopes)]
     report["per_batch"] = {str(b): r for b, r in per_batch.items()}
+    report["pooled_for_monotone"] = _pooled(bases, monotone_bases) + _pooled(slopes, monotone_slopes)
     return {"decode_base_s": base, "decode_per_seq_s": per_seq, "decode_per_context_token_s": per_context,
             "decode_grid": grid}, report
 

@@ -52,6 +52,18 @@ def _limit(name: str) -> tuple[float, float, str]:
     return 0.0, 1e9, ""
 
 
+def _check_never_falls(grid: list, fields: tuple[str, ...], where: str) -> None:
+    """Refuse a measured grid that prices a bigger batch below a smaller one (physics never inverts)."""
+    points = sorted(grid, key=lambda point: point.batch)
+    for smaller, bigger in zip(points, points[1:]):
+        for name in fields:
+            low, high = getattr(smaller, name), getattr(bigger, name)
+            if high < low:
+                raise ValueError(f"{where}: {name} falls from {low:.6g} at batch {smaller.batch} to {high:.6g} at batch "
+                                 f"{bigger.batch}; a grid must not fall as the batch grows (more sequences never cost "
+                                 "less: `mmsim calibrate` fits it so)")
+
+
 class Strict(BaseModel):
     """Base of every profile section: unknown keys are errors; numbers are finite and not text."""
 
@@ -210,6 +222,11 @@ class LayerCost(Sourced):
     decode_grid: list[BatchPoint] = Field(default_factory=list)
     samples: list[dict] = Field(default_factory=list)
 
+    @model_validator(mode="after")
+    def _grid_never_falls(self):
+        _check_never_falls(self.decode_grid, ("base_s", "per_context_token_s"), "decode_grid")
+        return self
+
 
 class OffloadPoint(Strict):
     gpu_share: float = Field(ge=0, le=1)
@@ -254,6 +271,12 @@ class ModelCosts(Strict):
     offload_curve: OffloadCurve | None = None
     swap: SwapCosts | None = None
     kv_transfer: KvTransferOverride | None = None
+
+    @model_validator(mode="after")
+    def _head_grids_never_fall(self):
+        _check_never_falls(self.head_gpu_grid, ("seconds",), "head_gpu_grid")
+        _check_never_falls(self.head_cpu_grid, ("seconds",), "head_cpu_grid")
+        return self
 
 
 class Profile(Strict):

@@ -9,7 +9,7 @@ import pytest
 
 from calibrate.fit import relative_nnls
 from calibrate.vllm_engine import EngineLimits, StepRecord
-from calibrate.vllm_fit import fit_engine_samples, mean_relative_nnls, quadratic
+from calibrate.vllm_fit import fit_engine_samples, mean_relative_nnls, non_decreasing, quadratic
 from calibrate.vllm_probes import QUICK, kind_of, plan_for, summarise, sweep_output_tokens
 
 LAYERS = 4
@@ -23,12 +23,12 @@ def head_s(sequences: int) -> float:
     return HEAD.get(sequences, 4e-3 + 3.3e-4 * sequences)
 
 
-def synthetic_step(decode_contexts: list[int], prefills: list[tuple[int, int]]) -> StepRecord:
-    """A step timed as the engine would time it, from the coefficients above."""
+def synthetic_step(decode_contexts: list[int], prefills: list[tuple[int, int]], decode: dict = DECODE) -> StepRecord:
+    """A step timed as the engine would time it, from the coefficients above (``decode``: per-layer decode costs)."""
     batch = len(decode_contexts)
     forward = 0.0
     if batch:
-        base, per_context = DECODE[batch]
+        base, per_context = decode[batch]
         forward += LAYERS * (base + per_context * sum(decode_contexts))
     if prefills:
         base, per_token, per_sq = PREFILL
@@ -40,12 +40,12 @@ def synthetic_step(decode_contexts: list[int], prefills: list[tuple[int, int]]) 
     return StepRecord(wall, execute, forward, list(decode_contexts), list(prefills))
 
 
-def steps() -> list[tuple[str, StepRecord]]:
+def steps(decode: dict = DECODE) -> list[tuple[str, StepRecord]]:
     out = []
-    for batch in DECODE:
+    for batch in decode:
         for context in (64, 512, 1536):
             label = f"decode B={batch} ctx={context}"
-            out += [(label, synthetic_step([context + i] * batch, [])) for i in range(6)]
+            out += [(label, synthetic_step([context + i] * batch, [], decode)) for i in range(6)]
     for prompt in (16, 256, 1024, 2048):
         out.append((f"prefill P={prompt}", synthetic_step([], [(prompt, 0)])))
     out.append(("prefill P=3000", synthetic_step([], [(952, 2048)])))
@@ -130,3 +130,23 @@ def test_the_fit_gives_back_the_coefficients_it_was_made_from():
         PREFILL, rel=1e-4)
     assert fit["residuals"]["prefill_layers"]["max_abs_pct"] < 0.1
     assert fit["residuals"]["step_overhead"]["samples"] == len(summarise(steps()))
+
+
+def test_a_grid_that_falls_is_pooled_to_the_closest_one_that_does_not():
+    # By hand: 5 (weight 1) above 4 (weight 3) pool to (5 + 12) / 4; a falling run pools to its mean.
+    assert non_decreasing([3.0, 5.0, 4.0, 6.0], [1, 1, 3, 1]) == [3.0, 4.25, 4.25, 6.0]
+    assert non_decreasing([5.0, 4.0, 3.0], [1, 1, 1]) == [4.0, 4.0, 4.0]
+    assert non_decreasing([1.0, 2.0], [1, 1]) == [1.0, 2.0]
+
+
+def test_decode_measured_faster_at_a_bigger_batch_is_priced_no_cheaper_than_the_smaller():
+    # Batch 4 measured below batch 1 in both terms (noise between neighbouring sizes): the grid pools the two,
+    # each batch size weighing its 3 contexts' samples alike: (1.2 + 1.0) / 2 ms and (2 + 1) / 2 x 1e-8.
+    inverted = {1: (1.2e-3, 2e-8), 4: (1.0e-3, 1e-8), 16: (2.5e-3, 3e-8)}
+    fit = fit_engine_samples(summarise(steps(inverted)), LAYERS)
+    grid = {point["batch"]: point for point in fit["layer"]["decode_grid"]}
+    for batch in (1, 4):
+        assert grid[batch]["base_s"] == pytest.approx(1.1e-3, rel=1e-6)
+        assert grid[batch]["per_context_token_s"] == pytest.approx(1.5e-8, rel=1e-6)
+    assert grid[16]["base_s"] == pytest.approx(2.5e-3, rel=1e-6)
+    assert fit["residuals"]["decode_layers"]["pooled_for_monotone"] == 4
