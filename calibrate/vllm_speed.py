@@ -59,12 +59,14 @@ def replay_speed(steps: list[StepRecord], data: dict, spec: ModelSpec, dtype: st
     beyond the rest of their price at the decode speed, over the price of their prefill terms. Together they
     account for every second of the replay's steps."""
     costs = ModelCosts(parse_profile(data, "replay speed"), spec, dtype)
-    without_prefill = ModelCosts(parse_profile(with_step_costs_scaled(data, spec.name, 1.0, 0.0), "replay speed"),
-                                 spec, dtype)
+    doubled = ModelCosts(parse_profile(with_step_costs_scaled(data, spec.name, 1.0, 2.0), "replay speed"), spec, dtype)
     decode_wall = decode_price = prefill_wall = prefill_rest = prefill_price = 0.0
     for step in steps:
         sample = step_sample(step)
-        whole, rest = predicted_step_s(costs, sample), predicted_step_s(without_prefill, sample)
+        whole = predicted_step_s(costs, sample)
+        # The rest of the price, from the price with prefill terms doubled (it is linear in them): not from them
+        # priced at 0, where a step with chunks is held to its decodes' price alone (physics never inverts).
+        rest = 2 * whole - predicted_step_s(doubled, sample)
         if step.prefills:
             prefill_wall += step.wall_s
             prefill_rest += rest

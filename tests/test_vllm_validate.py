@@ -97,11 +97,11 @@ def test_the_replay_speed_is_found_apart_for_decode_and_prefill_work():
     data = json.loads((Path(__file__).parents[1] / "sim/data/profiles/paper-rtx5000.json").read_text())
     spec = get_model("qwen3-8b")
     price = lambda d, step: predicted_step_s(ModelCosts(parse_profile(d, "t"), spec, "fp16"), step_sample(step))
-    no_prefill = with_step_costs_scaled(data, "qwen3-8b", 1.0, 0.0)
+    doubled = with_step_costs_scaled(data, "qwen3-8b", 1.0, 2.0)  # the price is linear in the prefill terms
     steps = [StepRecord(0, 0, 0, decode_contexts=[300, 900]), StepRecord(0, 0, 0, decode_contexts=[40] * 12),
              StepRecord(0, 0, 0, prefills=[(512, 0)]), StepRecord(0, 0, 0, decode_contexts=[700], prefills=[(96, 2048)])]
     for step in steps:
-        rest = price(no_prefill, step)
+        rest = 2 * price(data, step) - price(doubled, step)
         step.wall_s = 1.3 * rest + 0.9 * (price(data, step) - rest)
     decode, prefill = replay_speed(steps, data, spec, "fp16")
     assert decode == pytest.approx(1.3, rel=1e-9) and prefill == pytest.approx(0.9, rel=1e-9)
