@@ -71,6 +71,9 @@ def test_expansion_applies_axes_and_ids_are_stable(tmp_path):
     ({"seed": ["x"]}, "run x-"),
     ({"load": [0]}, "axes"),
     ({"gpus": [3]}, "cannot be laid out"),
+    ({"models.5.dtype": ["fp16"]}, "axes.models.5.dtype"),  # was an IndexError traceback: the base has 2 models
+    ({"seed": list(range(100)), "engine.max_num_seqs": list(range(1, 101)), "engine.block_size": list(range(1, 101))},
+     "1,000,000 runs"),  # was minutes of validating combinations before the first word
 ])
 def test_bad_axes_name_the_field_or_run(tmp_path, axes, message):
     path = write_sweep(tmp_path, axes)

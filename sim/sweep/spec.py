@@ -28,6 +28,9 @@ from sim.runner import check_run_size
 from sim.scenario import Scenario, parse_scenario, read_yaml
 
 CONVENIENCE_AXES = ("load", "gpus")
+MAX_RUNS = 100_000
+"""Most runs one sweep may expand to: every combination is validated before the first run (about a quarter of a
+millisecond each), so a grid of millions would sit for minutes before reporting anything."""
 
 
 class SweepSpec(BaseModel):
@@ -50,6 +53,10 @@ class SweepSpec(BaseModel):
             if path in CONVENIENCE_AXES and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                     and math.isfinite(v) and 0 < v <= 1e6 for v in values):
                 raise ValueError(f"axis {path!r} needs positive finite numbers (at most 1e6)")
+        runs = math.prod(len(values) for values in axes.values())
+        if runs > MAX_RUNS:
+            raise ValueError(f"the axes make {runs:,} runs ({' x '.join(str(len(v)) for v in axes.values())}); "
+                             f"a sweep may have at most {MAX_RUNS:,}")
         return axes
 
 
@@ -107,7 +114,9 @@ def known_path(path: str, data: dict) -> bool:
         if isinstance(node, dict) and part in node:
             node = node[part]
             continue
-        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        if isinstance(node, list):  # an axis can set an item of a list, not add one
+            if not (part.isdigit() and int(part) < len(node)):
+                return False
             node = node[int(part)]
             continue
         return _schema_has(parts)
@@ -197,7 +206,8 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
     for path in spec.axes:
         if path not in CONVENIENCE_AXES and not known_path(path, base_data):
             raise MmsimError(f"axis {path!r} is not a field of the base scenario {base_path.name} "
-                             f"(convenience axes: {', '.join(CONVENIENCE_AXES)})", source=str(sweep_path), field=f"axes.{path}")
+                             f"(convenience axes: {', '.join(CONVENIENCE_AXES)}; an item of a list, such as models.N, must be in "
+                             "the base)", source=str(sweep_path), field=f"axes.{path}")
     names = list(spec.axes)
     tasks = []
     for combination in itertools.product(*(spec.axes[n] for n in names)):
