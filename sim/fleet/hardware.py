@@ -77,7 +77,22 @@ def build_hardware(env: simpy.Environment, scenario, layouts: list[PoolLayout]) 
             for _ in range(layout.gpus_per_node // len(slices)):
                 for slice_bytes, share in slices:
                     gpus.append(Gpu(env, len(gpus), node.index, int(slice_bytes * usable), share, layout.index))
+    _check_pins(scenario, gpus, nodes)
     return gpus, nodes
+
+
+def _check_pins(scenario, gpus: list[Gpu], nodes: list[Node]) -> None:
+    """A model's ``gpus`` must name GPUs serving from the start: policies index the cluster's GPUs by them, and
+    one past the end, or on a node an autoscaler has not provisioned yet, would fail mid-run or be ignored."""
+    for entry in scenario.models:
+        for index in entry.gpus or []:
+            if index >= len(gpus):
+                raise MmsimError(f"GPU {index} is not in the cluster, whose GPUs are 0 to {len(gpus) - 1}",
+                                 field=f"models.{entry.deployment}.gpus")
+            if not nodes[gpus[index].node].up:
+                raise MmsimError(f"GPU {index} is on node {gpus[index].node}, which is down at the start "
+                                 "(beyond its pool's nodes); pin models to GPUs of nodes that start up",
+                                 field=f"models.{entry.deployment}.gpus")
 
 
 def _slices(layout: PoolLayout, in_pools: bool) -> list[tuple[int, float]]:

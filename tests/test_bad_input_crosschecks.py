@@ -1,0 +1,21 @@
+"""Bad input found only by checking one part of the input against another: a model pinned to GPUs the cluster
+lacks, a policy a scenario names, the runs a comparison would repeat. Helpers are test_bad_input.py's."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_bad_input import refused, tiny_scenario, write_yaml
+
+
+@pytest.mark.parametrize("policy", ["static", "swap-aware"])
+@pytest.mark.parametrize("cluster, gpus, expected", [
+    ({"nodes": 1, "gpus_per_node": 1}, [5], "GPU 5 is not in the cluster, whose GPUs are 0 to 0"),
+    ({"pools": [{"name": "a", "nodes": 1, "min_nodes": 1, "max_nodes": 2, "gpus_per_node": 1}]}, [1],
+     "GPU 1 is on node 1, which is down at the start"),
+])
+def test_pinned_gpus_must_serve_from_the_start(tmp_path, policy, cluster, gpus, expected):
+    """A pin past the cluster was a KeyError traceback under static and silently ignored under swap-aware."""
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(cluster=cluster, policy={"name": policy},
+                                                             models=[{"name": "qwen2.5-3b", "gpus": gpus}]))
+    refused(["run", scenario, "--out", tmp_path / "o"], "models.qwen2.5-3b.gpus", expected, out=tmp_path / "o")
