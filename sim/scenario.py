@@ -247,25 +247,28 @@ def parse_scenario(data: object, source: str, base_dir: Path | None = None) -> S
     """Validate parsed scenario data strictly: ``"16"`` is not a number, ``true`` not a time. A model's relative
     ``config`` path is read from ``base_dir`` (the scenario file's folder), when given."""
     if base_dir is None:
-        return _check_autoscaler(validate_mapping(Scenario, data, source, strict=True), source)
+        return _check_plugins(validate_mapping(Scenario, data, source, strict=True), source)
     from sim.catalogue import configs_relative_to
 
     with configs_relative_to(Path(base_dir)):
-        return _check_autoscaler(validate_mapping(Scenario, data, source, strict=True), source)
+        return _check_plugins(validate_mapping(Scenario, data, source, strict=True), source)
 
 
-def _check_autoscaler(scenario: Scenario, source: str) -> Scenario:
-    """An unknown autoscaler or parameter is an error when the scenario is read, not when the run reaches it
-    (a user's file is loaded only once the user has allowed it)."""
+def _check_plugins(scenario: Scenario, source: str) -> Scenario:
+    """An unknown policy or autoscaler, or a bad parameter of one, is an error when the scenario is read, not when
+    a run reaches it: a sweep would otherwise start, and record a failed run for each misspelt name (a user's
+    file is loaded only once the user has allowed it)."""
     from sim.fleet.autoscalers import make_autoscaler
-    from sim.policies.registry import is_policy_file
+    from sim.policies.registry import is_policy_file, make_policy
 
-    config = scenario.autoscaler
-    if not is_policy_file(config.name):
+    for section, make in (("policy", make_policy), ("autoscaler", make_autoscaler)):
+        config = getattr(scenario, section)
+        if is_policy_file(config.name):
+            continue
         try:
-            make_autoscaler(config.name, config.params)
+            make(config.name, config.params)
         except MmsimError as error:
-            raise MmsimError(error.args[0], source=source, field=error.field) from None
+            raise MmsimError(error.args[0], source=source, field=error.field or section) from None
     return scenario
 
 

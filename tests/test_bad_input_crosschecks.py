@@ -19,3 +19,20 @@ def test_pinned_gpus_must_serve_from_the_start(tmp_path, policy, cluster, gpus, 
     scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(cluster=cluster, policy={"name": policy},
                                                              models=[{"name": "qwen2.5-3b", "gpus": gpus}]))
     refused(["run", scenario, "--out", tmp_path / "o"], "models.qwen2.5-3b.gpus", expected, out=tmp_path / "o")
+
+
+def test_a_misspelt_policy_in_a_sweep_axis_is_refused_before_any_run(tmp_path):
+    """The sweep ran, recorded a failed run for the misspelt name and exited 1, leaving a sweep folder."""
+    write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "axes": {"policy.name": ["static", "statc"]}})
+    refused(["sweep", sweep, "--out", tmp_path / "o", "-q"], "run statc-", "policy: unknown policy 'statc'",
+            out=tmp_path / "o")
+
+
+@pytest.mark.parametrize("policy, expected", [
+    ({"name": "statik"}, "policy: unknown policy 'statik'"),
+    ({"name": "static", "params": {"benefit_ratio": 2.0}}, "policy: bad parameters for policy 'static'"),
+])
+def test_the_scenarios_policy_is_checked_when_it_is_read(tmp_path, policy, expected):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(policy=policy))
+    refused(["run", scenario, "--out", tmp_path / "o"], f"{scenario}: {expected}", out=tmp_path / "o")
