@@ -36,3 +36,20 @@ def test_a_misspelt_policy_in_a_sweep_axis_is_refused_before_any_run(tmp_path):
 def test_the_scenarios_policy_is_checked_when_it_is_read(tmp_path, policy, expected):
     scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(policy=policy))
     refused(["run", scenario, "--out", tmp_path / "o"], f"{scenario}: {expected}", out=tmp_path / "o")
+
+
+def test_a_policy_compared_twice_is_refused_before_any_run(tmp_path):
+    """compare ran `static` into its folder, ran it again, then refused the pair, leaving the runs behind."""
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["compare", scenario, "--policies", "static,swap-aware,static", "--out", tmp_path / "r.html",
+             "--runs-dir", tmp_path / "runs"], "'static' and 'static'", "give each policy once", out=tmp_path / "runs")
+
+
+@pytest.mark.parametrize("seed, seeds, expected", [
+    (1, "99999999999999999999", "--seeds must be from 1 to 1000"),  # built a list of 1e20 runs: a hang
+    (2**63 - 1, "2", "passes the largest seed"),
+])
+def test_compare_seeds_are_bounded(tmp_path, seed, seeds, expected):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(seed=seed))
+    refused(["compare", scenario, "--policies", "static", "--seeds", seeds, "--out", tmp_path / "r.html",
+             "--runs-dir", tmp_path / "runs"], expected, out=tmp_path / "runs", timeout_s=20)

@@ -10,7 +10,10 @@ from sim.errors import MmsimError
 from sim.reports.data import RunData
 from sim.reports.html import build_report
 from sim.reports.metrics import DROP_THRESHOLD
-from sim.scenario import load_scenario
+from sim.scenario import MAX_SEED, load_scenario
+
+MAX_SEEDS = 1000
+"""Most seeds one comparison runs per policy (as ``mmsim capacity --seeds``): a typo of many digits ran for ever."""
 
 
 def run_folder(runs_dir: Path, scenario, policy: str, seed: int) -> Path:
@@ -33,16 +36,24 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
 
     if not policies:
         raise MmsimError("--policies needs at least one policy name")
-    if seeds < 1:
-        raise MmsimError(f"--seeds must be at least 1, not {seeds}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise MmsimError(f"--seeds must be from 1 to {MAX_SEEDS}, not {seeds}")
     for policy in policies:
         get_policy_class(policy)  # fail on a misspelt name before spending minutes on the others
     scenario_path = Path(scenario_path)
     scenario = load_scenario(scenario_path)
+    if scenario.seed + seeds - 1 > MAX_SEED:
+        raise MmsimError(f"--seeds {seeds} from the scenario's seed {scenario.seed} passes the largest seed, {MAX_SEED}")
     out = Path(out) if out else Path("reports") / f"{scenario.name}.html"
     plan = [(policy, scenario.seed + offset) for policy in policies for offset in range(seeds)]
-    for policy, seed in plan:
-        check_run_dir(run_folder(runs_dir, scenario, policy, seed), replace=force)
+    folders: dict[Path, str] = {}
+    for policy, seed in plan:  # a policy given twice would run twice into one folder, and the report refuse both
+        folder = run_folder(runs_dir, scenario, policy, seed)
+        if folder in folders:
+            raise MmsimError(f"--policies names {policy!r} and {folders[folder]!r}, whose runs share the folder "
+                             f"{folder}; give each policy once")
+        folders[folder] = policy
+        check_run_dir(folder, replace=force)
     runs: list[RunData] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not show_progress) as progress:
