@@ -53,3 +53,13 @@ def test_compare_seeds_are_bounded(tmp_path, seed, seeds, expected):
     scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(seed=seed))
     refused(["compare", scenario, "--policies", "static", "--seeds", seeds, "--out", tmp_path / "r.html",
              "--runs-dir", tmp_path / "runs"], expected, out=tmp_path / "runs", timeout_s=20)
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--policies", ""], "--policies must name at least one policy"),  # searched the scenario's policy instead
+    (["--policies", "static,static"], "'static' is there twice"),  # searched and answered twice
+    (["--seed-list", "1", "--seeds", "2"], "give --seeds or --seed-list, not both"),  # --seeds was ignored
+])
+def test_capacity_flags_that_contradict_or_repeat(tmp_path, flags, expected):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["capacity", scenario, *flags, "--out", tmp_path / "o"], expected, out=tmp_path / "o")

@@ -65,7 +65,9 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
 
 
 def _seeds(text: str, count: int | None) -> list[int]:
-    """The seeds of every capacity point: --seed-list, else 1..--seeds."""
+    """The seeds of every capacity point: --seed-list, else 1..--seeds (default 3)."""
+    if text and count is not None:
+        raise MmsimError("give --seeds or --seed-list, not both")
     if text:
         try:
             seeds = [int(part) for part in text.split(",") if part.strip()]
@@ -74,7 +76,8 @@ def _seeds(text: str, count: int | None) -> list[int]:
         if not seeds or any(not 0 <= seed <= MAX_SEED for seed in seeds) or len(set(seeds)) != len(seeds):
             raise MmsimError(f"--seed-list must name distinct seeds from 0 to {MAX_SEED}, not {text[:80]!r}")
         return seeds
-    if count is None or not 1 <= count <= 1000:
+    count = 3 if count is None else count
+    if not 1 <= count <= 1000:
         raise MmsimError(f"--seeds must be from 1 to 1000, not {count}")
     return list(range(1, count + 1))
 
@@ -96,7 +99,7 @@ FLEET_HELP = ("per policy, the cheapest fixed fleet (nodes of each pool, from it
 def capacity(scenario: Path = typer.Argument(..., help="scenario YAML"),
              policies: str = typer.Option(None, "--policies", "-p", help="comma-separated policies (default: the scenario's)"),
              slo_target: float = typer.Option(None, "--slo-target", help="required mean SLO attainment (default 0.99)"),
-             seeds: int = typer.Option(3, "--seeds", help="seeds per point (1..N)"),
+             seeds: int = typer.Option(None, "--seeds", help="seeds per point (1..N; default 3)"),
              seed_list: str = typer.Option("", "--seed-list", help="explicit comma-separated seeds instead of 1..N"),
              low: float = typer.Option(None, "--low", help="lowest load multiplier searched (default 0.25)"),
              high: float = typer.Option(None, "--high", help="highest load multiplier searched (default 4)"),
@@ -151,10 +154,13 @@ def capacity(scenario: Path = typer.Argument(..., help="scenario YAML"),
         check_output_dir(out)
     if ray_address:
         check_ray_address(ray_address)
-    if policies:
+    if policies is not None:  # an empty --policies is a mistake, not a request for the scenario's policy
         names = [p.strip() for p in policies.split(",") if p.strip()]
         if not names:
             raise MmsimError(f"--policies must name at least one policy, not {policies!r}")
+        twice = sorted({name for name in names if names.count(name) > 1})  # searched and answered twice
+        if twice:
+            raise MmsimError(f"--policies must name at least one, each once ({twice[0]!r} is there twice)")
     else:
         names = [loaded.policy.name]
         check_policy_file_allowed(names[0], allowed=allow_policy_files, source=str(scenario))
