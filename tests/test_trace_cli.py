@@ -76,6 +76,17 @@ BAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,5,5\n2023-11
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "0", "--mix", "qwen3-8b=1"],
          "arrivals.poisson.rate_per_s: Input should be greater than or equal to"),
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1"], "give the model mix"),
+    # a name given twice, or a mix given both ways, silently kept one of the values
+    (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1", "--mix", "qwen3-8b=1,qwen3-8b=2"],
+     "--mix: 'qwen3-8b' is given twice"),
+    (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1", "--mix", "qwen3-8b=1",
+      "--prompt", "constant,value=5,value=7"], "--prompt: 'value' is given twice"),
+    (["trace", "import", "azure-2023", "{bad}", "{out}", "--model-map", "a=qwen3-8b,a=qwen2.5-3b"],
+     "--model-map: 'a' is given twice"),
+    (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1", "--mix", "qwen3-8b=1", "--zipf", "1",
+      "--models", "qwen3-8b"], "not both"),
+    (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1", "--zipf", "1",
+      "--models", "qwen3-8b,qwen2.5-3b,qwen3-8b"], "'qwen3-8b' is listed twice"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     bad, out = tmp_path / "bad.csv", tmp_path / "out.csv"

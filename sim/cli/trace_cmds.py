@@ -38,6 +38,8 @@ def parse_pairs(text: str, flag: str) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise MmsimError(f"expected NAME=VALUE[,NAME=VALUE...], got {cut(item)!r}", field=flag)
+        if key.strip() in pairs:  # the later value silently won: a typo, or two shares meant to be added
+            raise MmsimError(f"{cut(key.strip())!r} is given twice", field=flag)
         pairs[key.strip()] = value.strip()
     if not pairs:
         raise MmsimError("expected NAME=VALUE[,NAME=VALUE...]", field=flag)
@@ -211,6 +213,8 @@ def trace_generate(
                  if value is not None})
     if mix is not None:
         data["mix"] = {name: _scalar(weight, "--mix") for name, weight in parse_pairs(mix, "--mix").items()}
+    if mix is not None and (zipf is not None or models is not None):
+        raise MmsimError("give the model mix as --mix NAME=WEIGHT,... or as --zipf S --models a,b,c, not both")
     if zipf is not None or models is not None:
         data["mix"] = {"zipf": zipf, "models": [name.strip() for name in (models or "").split(",") if name.strip()]}
     if prompt is not None:

@@ -106,6 +106,15 @@ class ZipfMix(Strict):
     zipf: float = Field(ge=0, le=100)
     models: list[str] = Field(min_length=1)
 
+    @field_validator("models")
+    @classmethod
+    def _each_once(cls, models: list[str]) -> list[str]:
+        """A model listed twice would take two ranks' weights, a popularity nobody asked for."""
+        twice = sorted({name for name in models if models.count(name) > 1})
+        if twice:
+            raise ValueError(f"{twice[0]!r} is listed twice")
+        return models
+
 
 class ConstantLength(Strict):
     """Every request has the same length."""
