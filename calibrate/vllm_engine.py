@@ -46,6 +46,14 @@ def require_vllm() -> None:
         raise MmsimError(INSTALL_HINT)
 
 
+def check_device(device: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``: anything else reached vLLM, which spent minutes starting before it failed."""
+    kind, colon, index = device.partition(":")
+    if device == "cpu" or (kind == "cuda" and (not colon or index.isdigit())):
+        return device
+    raise MmsimError(f"bad --device {device!r}; expected cpu, cuda or cuda:N")
+
+
 def engine_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -69,6 +69,14 @@ def test_bad_options_are_user_errors(monkeypatch, capsys):
         assert code == 2 and message in err
 
 
+@pytest.mark.parametrize("flags", [["--config", "config.json"], ["--base", "p.json"], ["--max-num-seqs", "4"],
+                                   ["--block-size", "32"], ["--max-num-batched-tokens", "64"], ["--kv-cache-gib", "2"]])
+def test_vllm_flags_are_refused_by_the_torch_calibration(monkeypatch, capsys, flags):
+    """They were ignored, and a calibration of the default models ran for minutes instead."""
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--device", "cpu", *flags)
+    assert code == 2 and f"{flags[0]} is for --engine vllm" in err
+
+
 def test_calibrate_then_validate_from_the_cli(monkeypatch, capsys, tmp_path, tiny_catalogue):
     out = tmp_path / "profile.json"
     code, stdout, _ = run_cli(monkeypatch, capsys, "calibrate", "--device", "cpu", "--quick", "--models", TINY.name,

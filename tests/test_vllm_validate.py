@@ -45,6 +45,16 @@ def test_without_vllm_both_commands_say_how_to_install_it(monkeypatch, capsys, t
     assert len(message.strip().splitlines()) <= 3  # one line, wrapped by the terminal width at most
 
 
+@pytest.mark.parametrize("argv", [["calibrate", "--engine", "vllm", "--device", "tpu"],
+                                  ["validate", "vllm", "trace.csv", "--profile", "p.json", "--device", "tpu"]])
+def test_a_bad_device_is_refused_before_vllm_starts(capsys, tmp_path, monkeypatch, argv):
+    """It went to vLLM, which spent minutes starting before it failed."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and "bad --device 'tpu'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("engine", ["torch", "vllm"])
 def test_calibrate_refuses_an_unwritable_out_before_measuring(tmp_path, capsys, engine):
     blocker = tmp_path / "a-file"

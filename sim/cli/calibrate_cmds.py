@@ -33,29 +33,43 @@ def calibrate(
     threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: the cores not busy with "
                                 "other work; with --engine vllm: 1)"),
     engine: str = typer.Option("torch", "--engine", help="torch: time mmsim's own layers; vllm: probe a real vLLM engine"),
-    config: Path = typer.Option(None, "--config", help="a Hugging Face config.json to calibrate instead of a catalogue "
+    config: Path = typer.Option(None, "--config", help="with --engine vllm: a Hugging Face config.json to calibrate instead of a catalogue "
                                 "model (--models then names it; default: its folder's name)"),
     base: Path = typer.Option(None, "--base", help="with --engine vllm: a profile (from mmsim calibrate) to add the "
                               "model to, for its measured link and weight figures"),
-    max_num_seqs: int = typer.Option(16, "--max-num-seqs", min=1, help="with --engine vllm: the engine's batch limit"),
-    max_num_batched_tokens: int = typer.Option(2048, "--max-num-batched-tokens", min=16, help="with --engine vllm"),
-    block_size: int = typer.Option(32, "--block-size", min=1, help="with --engine vllm (a multiple of 32 on the CPU)"),
-    kv_cache_gib: int = typer.Option(1, "--kv-cache-gib", min=1, max=1024, help="with --engine vllm on the CPU: KV pool "
-                                     "in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE takes no fractions)"),
+    max_num_seqs: int = typer.Option(None, "--max-num-seqs", min=1, help="with --engine vllm: the engine's batch "
+                                     "limit (default 16)"),
+    max_num_batched_tokens: int = typer.Option(None, "--max-num-batched-tokens", min=16, help="with --engine vllm "
+                                               "(default 2048)"),
+    block_size: int = typer.Option(None, "--block-size", min=1, help="with --engine vllm (default 32; a multiple of 32 "
+                                   "on the CPU)"),
+    kv_cache_gib: int = typer.Option(None, "--kv-cache-gib", min=1, max=1024, help="with --engine vllm on the CPU: KV "
+                                     "pool in whole GiB (default 1; vLLM's VLLM_CPU_KVCACHE_SPACE takes no fractions)"),
 ) -> None:
     """Measure a GPU (or the CPU), or a real vLLM engine on it, and write a profile that `mmsim run` can use."""
     if ctx.invoked_subcommand is not None:
         return
     if engine not in ("torch", "vllm"):
         raise MmsimError(f"unknown --engine {engine!r}; expected torch or vllm")
+    engine_only = {"--config": config, "--base": base, "--max-num-seqs": max_num_seqs,
+                   "--max-num-batched-tokens": max_num_batched_tokens, "--block-size": block_size,
+                   "--kv-cache-gib": kv_cache_gib}
+    if engine == "torch":  # silently ignored, they let a calibration of other models run for minutes
+        ignored = [flag for flag, value in engine_only.items() if value is not None]
+        if ignored:
+            raise MmsimError(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} for --engine vllm; "
+                             "the torch calibration measures catalogue models (--models)")
     target = _check_outputs(out or Path.cwd() / "calibrated.json", workdir)
     if engine == "vllm":
-        from calibrate.vllm_engine import EngineLimits, require_vllm
+        from calibrate.vllm_engine import EngineLimits, check_device, require_vllm
+        if gpu is not None and device is not None:
+            raise MmsimError("give either --gpu N or --device, not both")
+        where = check_device(device or ("cpu" if gpu is None else f"cuda:{gpu}"))
         require_vllm()
         from calibrate.vllm_commands import calibrate_engine_command
-        limits = EngineLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              block_size=block_size, kv_cache_gib=kv_cache_gib, threads=threads or 1)
-        where = device or ("cpu" if gpu is None else f"cuda:{gpu}")
+        given = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                 "block_size": block_size, "kv_cache_gib": kv_cache_gib}
+        limits = EngineLimits(**{key: value for key, value in given.items() if value is not None}, threads=threads or 1)
         calibrate_engine_command(models, config, dtype, where, limits, quick, out or Path.cwd() / "calibrated-vllm.json",
                                  workdir or target.parent, base)
         return

@@ -47,9 +47,10 @@ def vllm(
     seed: int = typer.Option(0, "--seed", min=0, help="seed of a scenario's generated workload"),
 ) -> None:
     """Replay SOURCE at real arrival times through vLLM, simulate it with mmsim, print the errors per load."""
-    from calibrate.vllm_engine import EngineLimits, require_vllm
+    from calibrate.vllm_engine import EngineLimits, check_device, require_vllm
     from sim.files import check_output_dir
 
+    check_device(device)
     require_vllm()
     levels = parse_loads(loads)
     if not source.is_file():
