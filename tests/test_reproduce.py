@@ -153,7 +153,12 @@ def test_cli_json_html_and_profile_override(tmp_path):
     assert text.startswith("<!DOCTYPE html>") and text.count("<svg") == 2 and "Table II" in text
 
 
-@pytest.mark.parametrize("flags, named", [(["--platform", "h100"], "--platform"), (["--profile", "nowhere"], "nowhere")])
+@pytest.mark.parametrize("flags, named", [
+    (["--platform", "h100"], "--platform"), (["--profile", "nowhere"], "nowhere"),
+    # both were silently ignored: a profile for a platform not run, and all but the last for one platform
+    (["--platform", "rtx5000", "--profile", "a6000=p.json"], "does not run"),
+    (["--profile", "rtx5000=p.json", "--profile", "rtx5000=q.json"], "twice"),
+])
 def test_cli_rejects_bad_options(flags, named):
     import subprocess
     import sys

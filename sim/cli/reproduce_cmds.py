@@ -16,12 +16,17 @@ app.add_typer(reproduce_app, name="reproduce")
 PLATFORMS = ("rtx5000", "a6000")
 
 
-def _profile_overrides(values: list[str]) -> dict[str, str]:
+def _profile_overrides(values: list[str], platforms: tuple[str, ...]) -> dict[str, str]:
+    """Each --profile PLATFORM=PATH: once per platform, and only for a platform that runs (else it was ignored)."""
     overrides = {}
     for value in values:
         platform, sep, path = value.partition("=")
         if not sep or platform not in PLATFORMS or not path:
             raise MmsimError(f"--profile expects PLATFORM=PATH with PLATFORM one of {', '.join(PLATFORMS)}, not {value!r}")
+        if platform in overrides:
+            raise MmsimError(f"--profile gives platform {platform} twice")
+        if platform not in platforms:
+            raise MmsimError(f"--profile {value!r} names a platform --platform {platforms[0]} does not run")
         overrides[platform] = path
     return overrides
 
@@ -41,8 +46,8 @@ def paper(platform: str = typer.Option("all", "--platform", help="rtx5000, a6000
     from sim.reproduce import compare, report
     from sim.reproduce.experiments import run_platform
 
-    overrides = _profile_overrides(profile)
     platforms = PLATFORMS if platform == "all" else (platform,)
+    overrides = _profile_overrides(profile, platforms)
     results = [run_platform(p, overrides.get(p)) for p in platforms]
     ref = compare.reference()
     checks = compare.targets(results, ref)
