@@ -160,7 +160,14 @@ def validate(profile: Profile, spec: ModelSpec, device: torch.device, shape: Loo
     dtype = entry.dtype if entry else "fp16"
     predicted_decode, predicted_prefill = predict(profile, spec, dtype, shape)
     threads = threads or profile_threads(profile)
-    measured = measure_loop(spec, dtype, device, shape, repeats, threads)
+    try:
+        measured = measure_loop(spec, dtype, device, shape, repeats, threads)
+    except (torch.OutOfMemoryError, RuntimeError) as error:
+        if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+            raise
+        raise MmsimError(f"the loop does not fit in {device}'s memory: {shape.batch} sequences of "
+                         f"{shape.prompt_tokens} + {shape.new_tokens} tokens over {shape.layers} layers; "
+                         "give a smaller --batch, --prompt-tokens, --new-tokens or --layers") from None
     tokens = shape.batch * shape.new_tokens
     measured_rate, predicted_rate = tokens / measured["decode_s"], tokens / predicted_decode
     error = (predicted_rate - measured_rate) / measured_rate * 100

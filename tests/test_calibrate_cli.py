@@ -77,6 +77,17 @@ def test_vllm_flags_are_refused_by_the_torch_calibration(monkeypatch, capsys, fl
     assert code == 2 and f"{flags[0]} is for --engine vllm" in err
 
 
+def test_a_validation_loop_too_large_for_memory_is_one_line(monkeypatch, capsys):
+    """--prompt-tokens 100000000 was a RuntimeError traceback from torch's allocator (exit 1)."""
+    def allocate(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+
+    monkeypatch.setattr(calibrate.validate, "measure_loop", allocate)
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "validate", "paper-rtx5000", "--device", "cpu",
+                           "--model", "qwen2.5-3b", "--prompt-tokens", "100000000")
+    assert code == 2 and "does not fit in cpu's memory" in err and "Traceback" not in err
+
+
 def test_calibrate_then_validate_from_the_cli(monkeypatch, capsys, tmp_path, tiny_catalogue):
     out = tmp_path / "profile.json"
     code, stdout, _ = run_cli(monkeypatch, capsys, "calibrate", "--device", "cpu", "--quick", "--models", TINY.name,
