@@ -415,9 +415,13 @@ def test_servegen_window_rates_are_bounded(tmp_path):
     ({"name": "paper-preemption", "params": {"model_a": "qwen2.5-3b", "model_b": "qwen2.5-3b", "gpu": 3}},
      ["policy.params.gpu", "is 3; the cluster has GPUs 0 to 0"]),
     ({"name": "paper-offload", "params": {"gpu": 2}}, ["policy.params.gpu", "is 2"]),
+    ({"name": "paper-offload", "params": {"gpu": 0.5}}, ["policy.params.gpu", "is 0.5"]),
+    ({"name": "paper-preemption", "params": {"model_a": "qwen2.5-3b", "model_b": "qwen2.5-3b", "preempt_after": 10.5}},
+     ["policy.params.preempt_after", "is 10.5; expected a whole number"]),
 ])
 def test_paper_policies_name_a_model_or_gpu_the_scenario_lacks(tmp_path, policy, expected):
     """`mmsim run scenarios/offload.yaml --policy paper-preemption` was a KeyError traceback (exit 1): the paper's
-    policies name their models and GPU in parameters, whose defaults fit the paper's scenarios only."""
+    policies name their models and GPU in parameters, whose defaults fit the paper's scenarios only. A fractional
+    GPU index was a TypeError traceback, and a fractional token count no count at all."""
     scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(policy=policy))
     refused(["run", scenario, "--out", tmp_path / "o"], *expected, out=tmp_path / "o")

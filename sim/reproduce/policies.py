@@ -6,16 +6,22 @@ numbers they produce come from the profile, exactly as in ``mmsim run``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sim.errors import MmsimError
 from sim.policies.base import Policy
 from sim.policies.registry import register
 
+if TYPE_CHECKING:
+    from sim.engine.instance import Instance
+    from sim.engine.request import Request
 
-def numbered_gpu(view, index: int):
+
+def numbered_gpu(view, index: float):
     """The cluster's GPU ``index`` (the ``gpu`` parameter of the paper's policies)."""
-    if not 0 <= index < len(view.gpus):
+    if index != int(index) or not 0 <= index < len(view.gpus):
         raise MmsimError(f"is {index}; the cluster has GPUs 0 to {len(view.gpus) - 1}", field="policy.params.gpu")
-    return view.gpus[index]
+    return view.gpus[int(index)]
 
 
 @register
@@ -32,6 +38,12 @@ class PaperPreemption(Policy):
     name = "paper-preemption"
     description = "Paper experiment: one job interrupted once after N tokens by a job of another model."
 
+    # As the scenario gives them: check_params lets any number through where the default is one.
+    model_a: str
+    model_b: str
+    preempt_after: float
+    gpu: float
+
     @classmethod
     def param_defaults(cls) -> dict:
         return {"model_a": "qwen3-8b", "model_b": "qwen3-8b", "preempt_after": 1000, "gpu": 0}
@@ -39,8 +51,13 @@ class PaperPreemption(Policy):
     def setup(self, view) -> None:
         self.a, self.b = view.model_index(self.model_a), view.model_index(self.model_b)
         self.device = numbered_gpu(view, self.gpu)
-        self.job_a = self.job_b = None
-        self.instance_b = None
+        if self.preempt_after != int(self.preempt_after):
+            raise MmsimError(f"is {self.preempt_after}; expected a whole number of tokens",
+                             field="policy.params.preempt_after")
+        self.preempt_tokens = int(self.preempt_after)
+        self.job_a: Request | None = None
+        self.job_b: Request | None = None
+        self.instance_b: Instance | None = None
         self.timer_set = False
         self.interrupted = False
         self.tokens_at_preemption = 0
@@ -65,7 +82,7 @@ class PaperPreemption(Policy):
             view.assign(job, instance)
 
     def on_step(self, instance, view) -> None:
-        if self.timer_set or self.preempt_after <= 0 or instance is not self.first_instance_a:
+        if self.timer_set or self.preempt_tokens <= 0 or instance is not self.first_instance_a:
             return
         if self.job_a is None or instance.generated(self.job_a) < 1:
             return
@@ -74,12 +91,13 @@ class PaperPreemption(Policy):
         # which A holds exactly preempt_after tokens (fast-forward windows end at iteration boundaries).
         self.timer_set = True
         coefficients = view.costs(self.a).step_coefficients(1, instance.gpu_share)
-        context, done = instance.context_tokens, self.preempt_after - 2
+        context, done = instance.context_tokens, self.preempt_tokens - 2
         at = view.now + coefficients.steps_s(context, 1, done) + 0.5 * coefficients.step_s(context + done)
         view.call_at(at, lambda v: v.unload(self.instance_a, mode="swap"))
 
     def on_evicted(self, instance, requests, view) -> None:
         if instance is self.first_instance_a:
+            assert self.job_a is not None  # only A's preemption timer (on_step, once A runs) evicts from it
             self.tokens_at_preemption = self.job_a.generated
 
     def on_unloaded(self, instance, view) -> None:
@@ -101,6 +119,9 @@ class PaperOffload(Policy):
 
     name = "paper-offload"
     description = "Paper experiment: one model partly offloaded to the CPU (GPU layer share), single requests."
+
+    gpu_share: float
+    gpu: float
 
     @classmethod
     def param_defaults(cls) -> dict:
