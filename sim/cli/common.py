@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -15,7 +16,7 @@ def print_json(data: object) -> None:
     print(json.dumps(data, indent=2, default=float))
 
 
-def table(title: str, columns: list[str], rows: list[list[object]]) -> Table:
+def table(title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> Table:
     result = Table(title=title, title_justify="left")
     for column in columns:
         result.add_column(column, overflow="fold")

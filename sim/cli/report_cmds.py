@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -27,8 +28,9 @@ def _default_threshold() -> float:
 
 DropThreshold = Annotated[float, typer.Option("--drop-threshold", default_factory=_default_threshold,
                                               show_default="0.01", help=THRESHOLD_HELP)]
-RANKING_COLUMNS = (("#", "right"), ("policy", "left"), ("goodput req/s", "right"), ("SLO attain.", "right"),
-                   ("completed / dropped", "right"), ("TTFT p90 s", "right"), ("TPOT p90 s", "right"))
+RANKING_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("#", "right"), ("policy", "left"), ("goodput req/s", "right"), ("SLO attain.", "right"),
+    ("completed / dropped", "right"), ("TTFT p90 s", "right"), ("TPOT p90 s", "right"))
 
 
 def _check_threshold(value: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -107,8 +107,9 @@ def drops_table(summary: dict, by_model: dict[str, dict[str, int]]) -> Table | N
     if not summary.get("requests_dropped"):
         return None
     table = Table(title="dropped requests by model and reason", title_justify="left")
-    for name, justify in (("model", "left"), ("requests", "right"), ("completed", "right"), ("dropped", "right"),
-                          ("why", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("model", "left"), ("requests", "right"), ("completed", "right"), ("dropped", "right"), ("why", "left"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     for model, figures in (summary.get("per_model") or {}).items():
         reasons = by_model.get(model, {})
@@ -128,8 +129,10 @@ def prefix_table(summary: dict) -> Table | None:
     if not rows or len(rows) > PREFIX_TABLE_ROWS:
         return None
     table = Table(title="prefix cache by instance (prompt tokens, every admission)", title_justify="left")
-    for name, justify in (("instance", "left"), ("model", "left"), ("GPU", "left"), ("looked up", "right"),
-                          ("found (prefill saved)", "right"), ("hit rate", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("instance", "left"), ("model", "left"), ("GPU", "left"), ("looked up", "right"),
+        ("found (prefill saved)", "right"), ("hit rate", "right"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     for r in rows:
         table.add_row("unloaded ones" if r["instance"] is None else f"#{r['instance']}", escape(r["model"]),

@@ -76,7 +76,7 @@ def comparable_groups(runs: list[RunData]) -> list[tuple[str, list[RunData]]]:
             groups.append((key, [run]))
     labelled = []
     for key, members in groups:
-        parts = []
+        parts: list[str] = []
         for other, _ in groups:
             found = first_difference(key, other) if other is not key else None
             if found and not any(part.startswith(found[0] + " ") for part in parts):

@@ -4,7 +4,7 @@ how their interval is computed) and per policy the counts of completed and dropp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from sim.reports.data import RunData
 from sim.reports.stats import Estimate, proportion_estimate, rate_estimate
@@ -36,7 +36,7 @@ class Column:
 def get(*keys: str) -> Callable[[dict], float | None]:
     """A reader of the number at ``summary[k1][k2]…`` (None when absent)."""
     def read(summary: dict) -> float | None:
-        value = summary
+        value: Any = summary
         for key in keys:
             if not isinstance(value, dict) or value.get(key) is None:
                 return None
@@ -102,7 +102,7 @@ def fmt_value(col: Column, value: float | None) -> str:
 
 def fmt_interval(col: Column, est: Estimate) -> str:
     """``low–high`` of an estimate in the column's format, or "" without an interval."""
-    if not est.has_interval:
+    if est.low is None or est.high is None:
         return ""
     if col.percent:
         return f"{100 * est.low:.1f}–{100 * est.high:.1f}%"

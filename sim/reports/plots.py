@@ -76,8 +76,8 @@ def slo_per_model(groups: dict[str, list[RunData]], models: list[str], colours: 
                                trials=get("per_model", m, "requests")) for m in models]
         stats = [estimate(c, runs) for c in cols]
         means = np.array([100 * (s.mean or 0.0) for s in stats])
-        below = [max(0.0, m - 100 * s.low) if s.has_interval else 0.0 for m, s in zip(means, stats)]
-        above = [max(0.0, 100 * s.high - m) if s.has_interval else 0.0 for m, s in zip(means, stats)]
+        below = [max(0.0, m - 100 * s.low) if s.low is not None else 0.0 for m, s in zip(means, stats)]
+        above = [max(0.0, 100 * s.high - m) if s.high is not None else 0.0 for m, s in zip(means, stats)]
         ax.bar(x + (i - (len(groups) - 1) / 2) * width, means, width * 0.92, color=colours[policy], label=policy,
                yerr=[below, above] if any(below) or any(above) else None,
                error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#374151"})

@@ -95,6 +95,6 @@ def proportion_estimate(values, trials=None) -> Estimate:
 
 def overlap(a: Estimate, b: Estimate) -> bool | None:
     """Whether two intervals overlap; None when either has no interval."""
-    if not (a.has_interval and b.has_interval):
+    if a.low is None or a.high is None or b.low is None or b.high is None:
         return None
     return a.low <= b.high and b.low <= a.high

@@ -5,13 +5,17 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-STYLE = {
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+STYLE: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",          # real text: smaller files, selectable, crisp at any zoom
     "svg.hashsalt": "mmsim",         # stable ids, so the same runs give the same file
     "path.simplify": True,

@@ -34,17 +34,18 @@ def _significance(lead: Estimate, runner: Estimate) -> str:
 def _lead(groups: dict[str, list[RunData]], col: Column, strong: Callable[[str], str]) -> tuple[str, str]:
     """The leader on one column and the text of its lead over the runner-up."""
     estimates = {p: estimate(col, runs) for p, runs in groups.items()}
-    ranked = sorted((p for p in estimates if estimates[p].mean is not None), key=lambda p: -estimates[p].mean)
+    means = {p: e.mean for p, e in estimates.items() if e.mean is not None}
+    ranked = sorted(means, key=lambda p: -means[p])
     if not ranked:
         return "", "no figure"
     winner = ranked[0]
-    mean = estimates[winner].mean
+    mean = means[winner]
     text = fmt_value(col, mean) + (" req/s" if col is GOODPUT else "")
     if len(ranked) > 1:
         runner = ranked[1]
-        other = estimates[runner].mean
+        other = means[runner]
         if mean == other:
-            tied = [p for p in ranked[1:] if estimates[p].mean == mean]
+            tied = [p for p in ranked[1:] if means[p] == mean]
             return winner, text + ", tied with " + ", ".join(strong(p) for p in tied)
         if col is GOODPUT:
             relative = f" ({100 * (mean - other) / other:+.1f}%)" if other else ""
