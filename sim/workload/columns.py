@@ -8,7 +8,8 @@ columns are joined, the missing values take the defaults below.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,8 @@ def parse_prefix_ids(value, text: bool):
     """
     if value is None:
         return None
+    items: Iterable[Any]
+    convert: Callable[[Any], int]
     if text:
         if not isinstance(value, str):
             return False

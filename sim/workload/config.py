@@ -7,7 +7,7 @@ are resolved against the scenario's folder when the workload is streamed.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -28,8 +28,9 @@ Length = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
 Weight = Annotated[float, Field(ge=0, le=1e12)]
 
-TRACE_FORMATS = ("mmsim", "azure-2023", "azure-2024", "burstgpt", "mooncake", "length-pairs")
+TraceFormat = Literal["mmsim", "azure-2023", "azure-2024", "burstgpt", "mooncake", "length-pairs"]
 """``mmsim`` is the native format (CSV, JSONL or Parquet); the others are importers of public traces."""
+TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
 
 
 class Strict(BaseModel):
@@ -235,7 +236,7 @@ class TraceConfig(Strict):
     """
 
     path: str
-    format: Literal[TRACE_FORMATS] = "mmsim"
+    format: TraceFormat = "mmsim"
     model: str | None = None
     model_map: dict[str, str] | None = None
     time_scale: Scale = 1.0
@@ -287,6 +288,7 @@ class WorkloadConfig(Strict):
         """The models the workload names without reading a file (mix, trace ``model`` or ``model_map``)."""
         if self.generator is not None:
             return self.generator.model_names()
+        assert self.trace is not None  # _one_source: exactly one of generator and trace
         if self.trace.model is not None:
             return [self.trace.model]
         return sorted(set((self.trace.model_map or {}).values()))

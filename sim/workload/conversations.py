@@ -105,7 +105,8 @@ def generate_conversations(starts, mix, lengths, model_names: list[str], convers
     """Turns in arrival order, in chunks of up to ``chunk_rows``: conversations start at the arrival process's
     times (``starts``); each turn's new message and answer are drawn as a generated request's prompt and output."""
     codes = {name: code for code, name in enumerate(model_names)}
-    emitted, ready = 0, []
+    emitted = 0
+    ready: list[tuple[float, str, int, int, tuple[int, ...]]] = []
     horizon = float("inf") if duration_s is None else duration_s
     done = False
     while not done:

@@ -64,6 +64,12 @@ class LengthSampler:
             path = resolve_input(spec.path, base_dir, f"{field}.path")
             self.values = read_lengths(path, {role: spec.column or role})[role]
 
+    @property
+    def rows(self) -> np.ndarray:
+        """The file's lengths, which only an empirical spec has."""
+        assert self.values is not None
+        return self.values
+
     def draw(self, count: int) -> np.ndarray:
         """Lengths of the next ``count`` requests."""
         spec = self.spec
@@ -78,11 +84,11 @@ class LengthSampler:
                 mu, sigma = lognormal_params(spec.mean, spec.cv)
                 values = self.rng.lognormal(mu, sigma, count)
             return np.clip(np.rint(values), 1, spec.max or MAX_TOKENS).astype(np.int64)
-        return self.pick(self.rng.integers(0, len(self.values), size=count))
+        return self.pick(self.rng.integers(0, len(self.rows), size=count))
 
     def pick(self, index: np.ndarray) -> np.ndarray:
         """Empirical lengths at the given rows of the file (capped at ``max``)."""
-        values = self.values[index]
+        values = self.rows[index]
         return np.minimum(values, self.spec.max) if self.spec.max else values
 
 
@@ -189,6 +195,6 @@ class LengthPairSampler:
     def draw(self, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(prompt lengths, output lengths) of the next ``count`` requests."""
         if self.joint:
-            index = self.prompt.rng.integers(0, len(self.prompt.values), size=count)
+            index = self.prompt.rng.integers(0, len(self.prompt.rows), size=count)
             return self.prompt.pick(index), self.output.pick(index)
         return self.prompt.draw(count), self.output.draw(count)

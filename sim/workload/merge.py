@@ -27,23 +27,24 @@ def merge_streams(streams: Iterable[Iterable[RequestChunk]], rows: int = 65536) 
     emitted = 0
     while live:
         for index in list(live):
-            while buffers[index] is None or len(buffers[index]) == 0:
-                buffers[index] = next(sources[index], None)
-                if buffers[index] is None:
+            head = buffers[index]
+            while head is None or len(head) == 0:
+                head = buffers[index] = next(sources[index], None)
+                if head is None:
                     live.remove(index)
                     break
                 if not started:
-                    optional.update(optional_columns(buffers[index]))
+                    optional.update(optional_columns(head))
         started = True
-        pending = [index for index, buffer in enumerate(buffers) if buffer is not None and len(buffer)]
+        pending = [(index, buffer) for index, buffer in enumerate(buffers) if buffer is not None and len(buffer)]
         if not pending:
             break
         # Every row up to the smallest "last time" among live inputs is safe to emit: no live input can
-        # still produce an earlier row. Exhausted inputs do not constrain it.
-        horizon_s = min((float(buffers[index].arrival_s[-1]) for index in live), default=np.inf)
+        # still produce an earlier row. Exhausted inputs do not constrain it. (Each live input has a
+        # non-empty buffer here, so it is among the pending.)
+        horizon_s = min((float(buffer.arrival_s[-1]) for index, buffer in pending if index in live), default=np.inf)
         parts = []
-        for index in pending:
-            buffer = buffers[index]
+        for index, buffer in pending:
             cut = int(np.searchsorted(buffer.arrival_s, horizon_s, side="right"))
             parts.append(take(buffer, slice(0, cut)))
             rest = take(buffer, slice(cut, None))

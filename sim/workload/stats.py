@@ -27,7 +27,7 @@ TIMELINE_BINS = 1 << 16
 class LengthHistogram:
     """Exact distribution of whole-number lengths >= 1."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.counts = np.zeros(0, dtype=np.int64)
         self.large: list[np.ndarray] = []
         self.total = 0
@@ -107,6 +107,7 @@ class TraceStats:
 
     def _count_times(self, arrival_s: np.ndarray, codes: np.ndarray, names: list[str]) -> None:
         """Add arrivals to the per-model timeline, widening its bins when the span outgrows them."""
+        assert self.first_s is not None and self.last_s is not None  # add() sets both first
         while (self.last_s - self.first_s) / self.bin_width_s >= TIMELINE_BINS:
             self.bin_width_s *= 2
             for name, counts in self.timeline.items():
@@ -125,7 +126,7 @@ class TraceStats:
 
     def summary(self) -> dict:
         """The JSON summary (``--json``): keys as documented in traces/README.md."""
-        span_s = (self.last_s - self.first_s) if self.requests else 0.0
+        span_s = (self.last_s - self.first_s) if self.first_s is not None and self.last_s is not None else 0.0
         gaps = self.requests - 1
         cv = None
         if gaps >= 1 and self.gap_sum_s > 0:

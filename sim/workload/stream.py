@@ -38,6 +38,7 @@ def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_ro
         from sim.workload.reader import read_trace  # the trace readers, for trace workloads only
 
         trace = config.trace
+        assert trace is not None  # a workload has exactly one of generator and trace
         path = resolve_input(trace.path, base_dir, "workload.trace.path")
         options = trace_options(trace, seed=seed, base_dir=base_dir, served_models=config.served_models)
         chunks = read_trace(path, trace.format, options, rows=chunk_rows)
@@ -55,8 +56,10 @@ def model_names(config: WorkloadConfig) -> list[str] | None:
     """The models the workload can request when known without reading a file (generator mix, --model, map)."""
     if config.generator is not None:
         return config.generator.model_names()
-    if config.trace.model is not None:
-        return [config.trace.model]
-    if config.trace.model_map is not None:
-        return sorted(set(config.trace.model_map.values()))
+    trace = config.trace
+    assert trace is not None  # a workload has exactly one of generator and trace
+    if trace.model is not None:
+        return [trace.model]
+    if trace.model_map is not None:
+        return sorted(set(trace.model_map.values()))
     return None

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -58,7 +58,7 @@ def resolve_input(path: str, base_dir: Path | None, field: str) -> Path:
     raise MmsimError(f"file {path!r} not found (looked in {', '.join(str(o.parent) for o in options)})", field=field)
 
 
-def open_bytes(path: Path) -> BinaryIO:
+def open_bytes(path: Path) -> io.BufferedIOBase:
     """The file opened for binary reading, decompressing ``.gz``; a missing or special file is a user error."""
     check_regular_file(path, "trace file")
     try:
@@ -67,7 +67,7 @@ def open_bytes(path: Path) -> BinaryIO:
         raise MmsimError(f"cannot read trace file ({error.strerror})", source=str(path)) from None
 
 
-def read_lines(handle: BinaryIO, rows: int, path: Path) -> list[bytes]:
+def read_lines(handle: io.BufferedIOBase, rows: int, path: Path) -> list[bytes]:
     """The next ``rows`` lines (fewer at the end); a damaged gzip stream is a user error naming the file."""
     try:
         return list(islice(handle, rows))
@@ -83,7 +83,7 @@ def _decode(raw: bytes, path: Path, number: int) -> str:
         raise MmsimError("not UTF-8 text", source=str(path), field=f"line {number}") from None
 
 
-def read_header(handle: BinaryIO, path: Path) -> list[str]:
+def read_header(handle: io.BufferedIOBase, path: Path) -> list[str]:
     """Column names from the first line, each named once."""
     first = read_lines(handle, 1, path)
     if not first or not first[0].strip():

@@ -93,8 +93,8 @@ def _arrow_table(chunk: RequestChunk, columns: list[str], prefix_as_text: bool) 
     for name in columns:
         values = _values(chunk, name)
         if name == "prefix_ids":
-            values = [(" ".join(map(str, ids)) if prefix_as_text else list(ids)) if ids else None for ids in values]
-            data[name] = pa.array(values, pa.string() if prefix_as_text else PARQUET_TYPES[name])
+            cells = [(" ".join(map(str, ids)) if prefix_as_text else list(ids)) if ids else None for ids in values]
+            data[name] = pa.array(cells, pa.string() if prefix_as_text else PARQUET_TYPES[name])
         else:
             data[name] = pa.array(values, PARQUET_TYPES[name], from_pandas=True)
     return pa.table(data)
@@ -134,7 +134,7 @@ def _json_texts(chunk: RequestChunk, name: str) -> list[str]:
 
 
 def _write_jsonl(chunks: Iterable[RequestChunk], handle) -> int:
-    rows, columns, template = 0, None, None
+    rows, columns, template = 0, None, ""
     for chunk in chunks:
         if columns is None:
             columns = _columns(chunk)
@@ -146,10 +146,10 @@ def _write_jsonl(chunks: Iterable[RequestChunk], handle) -> int:
 
 
 def _write_parquet(chunks: Iterable[RequestChunk], temporary: Path) -> int:
-    rows, columns, writer = 0, None, None
+    rows, writer = 0, None
     try:
         for chunk in chunks:
-            if columns is None:
+            if writer is None:
                 columns = _columns(chunk)
                 schema = pa.schema([(name, PARQUET_TYPES[name]) for name in columns])
                 writer = pq.ParquetWriter(temporary, schema, compression="zstd")
