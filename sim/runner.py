@@ -32,7 +32,8 @@ MAX_RUN_SIZE = 10**10
 def default_run_dir(scenario: Scenario, policy: str, seed: int) -> Path:
     """``reports/runs/NAME-POLICY-PROFILE-sSEED`` with each part made safe for a path."""
     profile = Path(scenario.profile).stem if scenario.profile.endswith(".json") else scenario.profile
-    parts = (safe_name(scenario.name, "scenario"), safe_name(policy, "policy"), safe_name(profile, "profile"))
+    parts: tuple[str, ...] = (safe_name(scenario.name, "scenario"), safe_name(policy, "policy"),
+                              safe_name(profile, "profile"))
     if scenario.autoscaler.name != "none":
         parts += (safe_name(scenario.autoscaler.name, "autoscaler"),)
     return Path("reports/runs") / f"{'-'.join(parts)}-s{seed}"
@@ -44,6 +45,7 @@ def gpu_count(scenario: Scenario, base_dir: Path) -> int:
 
     total = 0
     for pool in scenario.pools:  # a profile is read only where a pool does not say its GPUs per node
+        assert pool.profile is not None  # Scenario.pools fills in the scenario's
         per_node = pool.gpus_per_node or load_profile(pool.profile, base_dir).hardware.gpu.gpus_per_node
         total += pool.max_nodes * per_node * (pool.mig.slices_per_gpu if pool.mig else 1)
     return total

@@ -237,7 +237,7 @@ def _load_search(scenario: Path, names: list[str], slo_target: float, seed_value
         load = {"below-low": f"< {low:g}", "at-least": f">= {high:g}"}.get(a.max_load_bound, _fmt(a.max_load))
         row = [a.policy, load, _fmt(a.attainment_at_max)]
         if gpus_for_load is not None:
-            gpus = "-" if a.min_gpus is None else f"{a.min_gpus} ({a.gpu_layout[0]}×{a.gpu_layout[1]})"
+            gpus = "-" if a.gpu_layout is None else f"{a.min_gpus} ({a.gpu_layout[0]}×{a.gpu_layout[1]})"
             row += [gpus if a.min_gpus is not None else f"> {max_gpus}", _fmt(a.attainment_at_min_gpus)]
         rows.append(row)
     columns = ["policy", "max load ×", "attainment there"]
@@ -258,7 +258,7 @@ def _cheapest_fleet(scenario: Path, names: list[str], slo_target: float, seed_va
     rows = []
     for a in answers:
         tried = f"{a.mixes_run} of {a.mixes_total}"
-        if a.nodes is None:
+        if a.nodes is None or a.figures is None:  # set together, when a mix meets the target
             best = max(e["slo_attainment"] for e in a.evaluations)
             rows.append([a.policy, "none meets the target", "-", "-", "-", "-", f"best {_fmt(best)}", tried])
             continue

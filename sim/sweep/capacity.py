@@ -131,6 +131,7 @@ def plan_capacity(scenario_path: Path, query: CapacityQuery, *, workers: int | N
     scenario_path = Path(scenario_path)
     data = read_yaml(scenario_path, "scenario file")
     scenario = parse_scenario(data, str(scenario_path), scenario_path.parent)
+    assert isinstance(data, dict)  # parse_scenario accepts nothing else
     if query.gpus_for_load is not None and scenario.cluster.pools is not None:
         raise MmsimError("--gpus-for-load lays out GPUs on nodes of one kind, and this scenario has cluster.pools: "
                          "use --cheapest-fleet", source=str(scenario_path), field="cluster.pools")
@@ -151,7 +152,9 @@ def plan_capacity(scenario_path: Path, query: CapacityQuery, *, workers: int | N
                                  gpu_counts(per_node, query.max_gpus), query.target)
                 answer.min_gpus = count
                 if count is not None:
-                    answer.gpu_layout = list(gpu_layout(count, per_node))
+                    layout = gpu_layout(count, per_node)
+                    assert layout is not None  # gpu_counts offers only counts that split evenly
+                    answer.gpu_layout = list(layout)
                     answer.attainment_at_min_gpus = evaluator.point(policy, at, count)["slo_attainment"]
             answer.evaluations = [p for p in evaluator.cache.values() if p["policy"] == policy]
             answers.append(answer)

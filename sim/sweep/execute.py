@@ -21,7 +21,8 @@ import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Iterator
+from types import ModuleType
+from typing import Any, Iterator
 
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
@@ -42,7 +43,8 @@ def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool
     from sim.simulation import simulate
 
     started = time.perf_counter()
-    outcome = {"run_id": task.run_id, "status": "ok", "error": "", "details": "", "summary": None, "result": None}
+    outcome: dict[str, Any] = {"run_id": task.run_id, "status": "ok", "error": "", "details": "", "summary": None,
+                               "result": None}
     try:
         scenario = parse_scenario(task.scenario_data, f"run {task.run_id}", Path(task.base_dir))
         result = simulate(scenario, base_dir=Path(task.base_dir))
@@ -100,7 +102,7 @@ class Backend:
         self.use_ray = use_ray or bool(ray_address)
         self.ray_address = ray_address
         self._pool: ProcessPoolExecutor | None = None
-        self._ray = None
+        self._ray: ModuleType | None = None
         self._ray_started_here = False
 
     def __enter__(self) -> "Backend":
@@ -129,14 +131,15 @@ class Backend:
     def __exit__(self, *exc) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        if self._ray_started_here:
+        if self._ray_started_here and self._ray is not None:
             self._ray.shutdown()
 
     def map(self, tasks: list[RunTask], out: Path | None = None) -> Iterator[dict]:
         """Outcomes of ``tasks`` as they finish. With ``out`` each run lands in OUT/<run_id>/."""
         if self._ray is not None:
-            yield from self._ray_map(tasks, out)
+            yield from self._ray_map(self._ray, tasks, out)
             return
+        assert self._pool is not None  # __enter__ starts the pool when Ray is not used
         futures = [self._pool.submit(simulate_task, t, str(out / t.run_id) if out else None) for t in tasks]
         try:
             for future in as_completed(futures):
@@ -145,13 +148,13 @@ class Backend:
             for future in futures:
                 future.cancel()
 
-    def _ray_map(self, tasks: list[RunTask], out: Path | None) -> Iterator[dict]:
-        remote = self._ray.remote(num_cpus=1, max_retries=0)(simulate_task)
+    def _ray_map(self, ray: ModuleType, tasks: list[RunTask], out: Path | None) -> Iterator[dict]:
+        remote = ray.remote(num_cpus=1, max_retries=0)(simulate_task)
         data = {t.run_id: t.scenario_data for t in tasks}
         pending = [remote.remote(t, None, out is not None) for t in tasks]
         while pending:
-            done, pending = self._ray.wait(pending, num_returns=1)
-            outcome = self._ray.get(done[0])
+            done, pending = ray.wait(pending, num_returns=1)
+            outcome = ray.get(done[0])
             if out is not None:
                 _write_on_driver(outcome, out / outcome["run_id"], data[outcome["run_id"]])
             yield outcome
@@ -209,9 +212,9 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     failed = 0
     # No backend (and no Ray start-up) when everything is already done.
     backend = Backend(workers, use_ray, ray_address) if todo else contextlib.nullcontext()
-    with progress_bar(show_progress) as progress, backend:
+    with progress_bar(show_progress) as progress, backend as running:
         bar = progress.add_task("sweep", total=len(tasks), completed=len(tasks) - len(todo))
-        for outcome in backend.map(todo, runs_dir) if todo else ():
+        for outcome in running.map(todo, runs_dir) if running is not None else ():
             task = by_id[outcome["run_id"]]
             run_seconds += outcome["wall_s"]
             failed += outcome["status"] != "ok"

@@ -134,6 +134,7 @@ def plan_fleet(scenario_path: Path, query: FleetQuery, *, workers: int | None = 
     scenario_path = Path(scenario_path)
     data = read_yaml(scenario_path, "scenario file")
     scenario = parse_scenario(data, str(scenario_path), scenario_path.parent)
+    assert isinstance(data, dict)  # parse_scenario accepts nothing else
     if scenario.cluster.pools is None:
         raise MmsimError("--cheapest-fleet searches the node counts of cluster.pools, and this scenario has none "
                          "(give pools with min_nodes..max_nodes, or use --gpus-for-load)", source=str(scenario_path),

@@ -46,6 +46,7 @@ def plan_pareto(scenario_path: Path, autoscalers: list[str], policies: list[str]
     scenario_path = Path(scenario_path)
     data = read_yaml(scenario_path, "scenario file")
     scenario = parse_scenario(data, str(scenario_path), scenario_path.parent)
+    assert isinstance(data, dict)  # parse_scenario accepts nothing else
     scenario.check_requested_models(str(scenario_path))
     check_run_size(scenario, scenario_path.parent, str(scenario_path))
     combos = [(policy, autoscaler) for policy in policies for autoscaler in autoscalers]

@@ -45,11 +45,8 @@ def mean_figures(outcomes: list[dict]) -> dict:
 def run_points(backend: Backend, points: dict) -> dict:
     """``{key: [task per seed]}`` run in one batch; ``{key: mean_figures(...)}`` in the same order."""
     tasks = [task for seeds in points.values() for task in seeds]
-    place = {task.run_id: (key, seed) for key, seeds in points.items() for seed, task in enumerate(seeds)}
-    if len(place) != len(tasks):
+    if len({task.run_id for task in tasks}) != len(tasks):
         raise ValueError("two tasks of one batch share a run id")  # a caller's bug: outcomes would be mixed up
-    outcomes = {key: [None] * len(seeds) for key, seeds in points.items()}
-    for outcome in backend.map(tasks):
-        key, seed = place[outcome["run_id"]]
-        outcomes[key][seed] = outcome  # in seed order whatever order runs end in: the same sums, bit for bit
-    return {key: mean_figures(found) for key, found in outcomes.items()}
+    outcomes = {outcome["run_id"]: outcome for outcome in backend.map(tasks)}
+    # In seed order whatever order runs end in: the same sums, bit for bit.
+    return {key: mean_figures([outcomes[task.run_id] for task in seeds]) for key, seeds in points.items()}

@@ -9,6 +9,7 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -117,7 +118,7 @@ def cost_table(frame: pd.DataFrame, axes: list[str]) -> list[dict]:
     the cost figures, the runs counted, and whether it is on the cost-vs-attainment Pareto frontier."""
     keys = [a for a in _varying(axes, frame) if a != "seed"]
     ok = frame[frame["status"].eq("ok")]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for _, part in (ok.groupby(keys, sort=False, dropna=False) if keys else [((), ok)]):
         label = _series_label(part.iloc[0], keys)
         rows.append({"series": label, "policy": _policy_of(label), "runs": len(part),

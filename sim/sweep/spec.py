@@ -123,7 +123,7 @@ def known_path(path: str, data: dict) -> bool:
     return True
 
 
-def _schema_has(parts: list[str], model=Scenario) -> bool:
+def _schema_has(parts: list[str], model: type[BaseModel] | str = Scenario) -> bool:
     """Whether the schema, from ``model`` down, has the field path ``parts`` (any member of a union will do)."""
     if not parts or model == "dict":
         return True
@@ -203,6 +203,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
     base_path = resolve_base(spec, sweep_path)
     base_data = read_yaml(base_path, "base scenario")
     parse_scenario(base_data, str(base_path), base_path.parent)
+    assert isinstance(base_data, dict)  # parse_scenario accepts nothing else
     for path in spec.axes:
         if path not in CONVENIENCE_AXES and not known_path(path, base_data):
             raise MmsimError(f"axis {path!r} is not a field of the base scenario {base_path.name} "
