@@ -218,9 +218,9 @@ def check_output_file(path: Path) -> Path:
     return path
 
 
-def disk_error(error: OSError, path: Path) -> MmsimError | None:
+def disk_error(error: OSError, path: Path | str) -> MmsimError | None:
     """A one-line user error for a write that failed for want of space, quota or permission, else None."""
-    reason = DISK_ERRORS.get(error.errno)
+    reason = DISK_ERRORS.get(error.errno) if error.errno is not None else None
     if reason is None:
         return None
     return MmsimError(f"cannot write: {reason}", source=str(path))

@@ -306,7 +306,7 @@ class Profile(Strict):
 
     def provenance(self) -> dict[str, str]:
         """Where each group of numbers came from, for reports."""
-        rows = {
+        rows: dict[str, str] = {
             "hardware.gpu": self.hardware.gpu.source,
             "hardware.cpu": self.hardware.cpu.source,
             "link.host_to_device": self.link.host_to_device.source,

@@ -8,6 +8,7 @@ run of ten million requests never holds more than one row group's worth of deriv
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -104,7 +105,7 @@ class RequestTable:
         for name in REQUEST_COLUMNS:
             if name in CODED_COLUMNS:
                 names = self.names(name)
-                codes = self.column(name, rows).astype(_code_type(len(names)), copy=False)
+                codes: np.ndarray = self.column(name, rows).astype(_code_type(len(names)), copy=False)
                 arrays.append(pa.DictionaryArray.from_arrays(arrow_numbers(codes), arrow_strings(names, large=False)))
             elif name == "status":
                 dropped = (self.column("drop_reason", rows) != 0).astype(np.int8)
@@ -291,7 +292,7 @@ def write_run(result, out_dir: Path, scenario_data: dict | None = None) -> Path:
     out_dir = Path(out_dir)
     for name, table in (("requests", result.tables.requests), ("events", result.tables.events),
                         ("timeseries", result.tables.samples)):
-        atomic_write(out_dir / f"{name}.parquet", lambda path, table=table: write_table(table, path))
+        atomic_write(out_dir / f"{name}.parquet", functools.partial(write_table, table))
     if scenario_data is not None:
         atomic_write(out_dir / "scenario.json", lambda p: Path(p).write_text(json.dumps(scenario_data, indent=1, default=str)))
     # The summary goes last: its presence marks a finished run (sweeps resume on it).

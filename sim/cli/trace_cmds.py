@@ -158,14 +158,14 @@ def parse_windows(text: str) -> list[list[float]]:
         raise MmsimError(f"expected START:RATE[:CV],..., got {cut(text)!r}", field="--windows") from None
 
 
-def load_generator_file(path: Path) -> tuple[dict, int | None]:
+def load_generator_file(path: Path) -> tuple[dict, int | None, set[str]]:
     """The generator mapping, the scenario seed (if any) and the names its models serve, from a scenario,
     workload or generator YAML."""
     data = load_yaml(path, "generator file")
     if not isinstance(data, dict):
         raise MmsimError("expected a mapping", source=str(path))
     seed = data.get("seed") if isinstance(data.get("seed"), int) and not isinstance(data.get("seed"), bool) else None
-    models = data.get("models") if isinstance(data.get("models"), list) else []
+    models = data["models"] if isinstance(data.get("models"), list) else []
     aliases = {entry["alias"] for entry in models if isinstance(entry, dict) and isinstance(entry.get("alias"), str)}
     for key in ("workload", "generator"):
         if isinstance(data.get(key), dict):

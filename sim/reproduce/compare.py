@@ -49,10 +49,11 @@ def table_ii(result: PlatformResult) -> dict[str, dict[str, float]]:
         kv_out, unload = np.mean([r.kv_out_s for r in runs]), np.mean([r.unload_s for r in runs])
         reload, kv_in = np.mean([r.reload_s for r in runs]), np.mean([r.kv_in_s for r in runs])
         total = kv_out + unload + reload + kv_in
-        out[model] = {"kv_gpu_to_cpu_s": kv_out, "unload_s": unload, "reload_s": reload, "kv_cpu_to_gpu_s": kv_in,
-                      "total_s": total, "model_swap_pct": 100 * (unload + reload) / total,
-                      "kv_transfer_pct": 100 * (kv_out + kv_in) / total,
-                      "overhead_vs_baseline_pct": 100 * total / result.baselines[model]}
+        figures = {"kv_gpu_to_cpu_s": kv_out, "unload_s": unload, "reload_s": reload, "kv_cpu_to_gpu_s": kv_in,
+                   "total_s": total, "model_swap_pct": 100 * (unload + reload) / total,
+                   "kv_transfer_pct": 100 * (kv_out + kv_in) / total,
+                   "overhead_vs_baseline_pct": 100 * total / result.baselines[model]}
+        out[model] = {key: float(value) for key, value in figures.items()}
     return out
 
 
