@@ -127,7 +127,12 @@ def bench_unload(device: torch.device, sizes_bytes: tuple[int, ...], tensor_byte
         for _ in range(repeats):
             weights = [torch.ones(n, dtype=WEIGHT_DTYPE, device=device) for n in _pieces(size, tensor_bytes)]
             synchronize(device)
-            times.append(wall_time(lambda: (weights.clear(), _free(device)), device))
+
+            def unload() -> None:
+                weights.clear()
+                _free(device)
+
+            times.append(wall_time(unload, device))
         samples.append(Timing.of(times, device).record(bytes=size))
         tick(f"weight unload: {size / 2**20:.0f} MiB")
     return samples

@@ -120,6 +120,7 @@ def interconnect_command(path: Path, cpu_ranks: int, repeats: int, timeout_s: fl
                          "--json > FILE)", source=str(path))
     load_profile(str(path))  # a bad profile is refused before any measuring
     sizes = activation_sizes_bytes()
+    section: dict | None
     if cpu_ranks:
         samples = measure_interconnect(cpu_ranks, "gloo", "cpu", sizes, repeats, timeout_s)
         section = fit_interconnect(samples, "loopback", f"gloo over {cpu_ranks} CPU processes (not a GPU link)")
@@ -132,6 +133,7 @@ def interconnect_command(path: Path, cpu_ranks: int, repeats: int, timeout_s: fl
     console.print(line, highlight=False)
     if section is not None:
         data = load_json(path)
+        assert isinstance(data, dict)  # load_profile above refused anything else
         data["hardware"]["interconnect"] = section
         write_profile(data, path)
         console.print(f"wrote hardware.interconnect into {path}", highlight=False)

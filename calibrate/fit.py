@@ -57,7 +57,8 @@ def relative_nnls(columns: Sequence[Sequence[float]], times_s: Sequence[float]) 
     return nnls(a * weight[:, None], y * weight)
 
 
-def max_relative_error(columns: Sequence[Sequence[float]], times_s: Sequence[float], coefficients: np.ndarray) -> float:
+def max_relative_error(columns: Sequence[Sequence[float]], times_s: Sequence[float],
+                       coefficients: Sequence[float] | np.ndarray) -> float:
     """Largest |fit - sample| / sample over the samples: how well the curve explains them."""
     y = np.asarray(times_s, float)
     predicted = np.column_stack([np.asarray(c, float) for c in columns]) @ coefficients

@@ -81,7 +81,8 @@ class DecoderLayer:
         self.input_norm, self.post_norm = ones(h), ones(h)
         self.qkv = random_tensor((q_dim + 2 * kv_dim, h), dtype, device, h ** -0.5, seed)
         self.qkv_bias = random_tensor((q_dim + 2 * kv_dim,), dtype, device, 0.02, seed + 1) if spec.qkv_bias else None
-        self.q_norm, self.k_norm = (ones(d), ones(d)) if spec.qk_norm else (None, None)
+        self.q_norm: torch.Tensor | None = ones(d) if spec.qk_norm else None
+        self.k_norm: torch.Tensor | None = ones(d) if spec.qk_norm else None
         self.o = random_tensor((h, q_dim), dtype, device, q_dim ** -0.5, seed + 2)
         self.gate_up = random_tensor((2 * spec.ffn_size, h), dtype, device, h ** -0.5, seed + 3)
         self.down = random_tensor((h, spec.ffn_size), dtype, device, spec.ffn_size ** -0.5, seed + 4)

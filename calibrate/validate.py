@@ -121,10 +121,15 @@ def _time_prefill(model: PartialModel, prompt: torch.Tensor, repeats: int) -> li
     """Seconds of each of ``repeats`` prefills of one prompt (after a warm-up), into caches of its own."""
     caches = model.caches(1, prompt.shape[1])
     model.prefill(prompt, caches)
+
+    def prefill() -> None:  # wall_time synchronises one device; the model may span two
+        model.prefill(prompt, caches)
+        model.synchronize()
+
     runs = []
     for _ in range(repeats):
         model.synchronize()
-        runs.append(wall_time(lambda: (model.prefill(prompt, caches), model.synchronize()), CPU))
+        runs.append(wall_time(prefill, CPU))
     return runs
 
 
