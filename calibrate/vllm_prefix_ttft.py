@@ -23,6 +23,8 @@ import statistics
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -37,6 +39,9 @@ from sim.catalogue import model_from_hf_config, register_model
 from sim.costs import ModelCosts
 from sim.errors import MmsimError
 from sim.profile import load_profile
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.scheduler import Scheduler
 
 DTYPE = "fp32"  # this AVX2 CPU has no fast bf16
 CONTEXT_GRID = ((64, 512), (64, 2048), (160, 512), (160, 2048), (320, 1024))
@@ -90,18 +95,16 @@ class PrefixCachingEngine(VllmEngine):
         changed: dict = {"enable_prefix_caching": caching}
         if kv_blocks is not None:
             changed["num_gpu_blocks_override"] = kv_blocks
-        vllm.EngineArgs = lambda **kwargs: original(**(kwargs | changed))
-        try:
+        with mock.patch.object(vllm, "EngineArgs", lambda **kwargs: original(**(kwargs | changed))):
             super().__init__(folder, DTYPE, limits, "cpu", seed)
-        finally:
-            vllm.EngineArgs = original
         if torch.get_num_threads() != limits.threads:
             raise MmsimError(f"torch runs {torch.get_num_threads()} threads, not the engine's {limits.threads}: it was "
                              "imported before OMP_NUM_THREADS was set")
         # The warm-up probes' random prompts came from random.Random(seed), the stream prefix_trace draws its
         # system prompts from: the warm-up then cached 18 blocks of two tenants' prompts before the trace began.
         self._rng = random.Random(f"warm-up probes {seed}")
-        manager = self.engine.engine_core.engine_core.scheduler.kv_cache_manager
+        # The engine runs vLLM's own Scheduler, which keeps the KV cache manager its interface does not name.
+        manager = cast("Scheduler", self.core().scheduler).kv_cache_manager
         self.admissions = _count_admissions(manager)
         self.pool_blocks = manager.block_pool.num_gpu_blocks
         self._alone = 0
@@ -231,9 +234,10 @@ def compare_ttft(case: TtftCase, profile: Path, workdir: Path, modes: tuple[bool
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(TINY_QWEN2, indent=1))
     requests = timed_trace(case)
-    out = {"engine": engine_version(), "case": {"prefix": case.prefix.__dict__, "rate_per_s": case.rate_per_s,
-                                                "output_tokens": case.output_tokens, "kv_blocks": case.kv_blocks},
-           "profile": str(profile), "requests": len(requests), "modes": {}}
+    out: dict[str, Any] = {
+        "engine": engine_version(), "case": {"prefix": case.prefix.__dict__, "rate_per_s": case.rate_per_s,
+                                             "output_tokens": case.output_tokens, "kv_blocks": case.kv_blocks},
+        "profile": str(profile), "requests": len(requests), "modes": {}}
     for caching in modes:
         real = run_real(case, requests, folder, profile, caching)
         sim = simulated(case, requests, folder / "config.json", profile, caching, real["pool_blocks"])

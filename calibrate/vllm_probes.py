@@ -181,7 +181,7 @@ def summarise(steps: list[tuple[str, StepRecord]]) -> list[dict]:
     for label, step in steps:
         kind = kind_of(step)
         if kind == "decode":
-            key = (label, kind, len(step.decode_contexts))
+            key: tuple = (label, kind, len(step.decode_contexts))
             seen[key] = seen.get(key, 0) + 1
             if seen[key] <= WARMUP_STEPS:
                 continue

@@ -115,7 +115,7 @@ def metrics(frame: pd.DataFrame) -> dict:
     many = frame["output_tokens"] > 1
     tpot = (frame["finish_s"] - frame["first_token_s"])[many] / (frame["output_tokens"][many] - 1)
     span = float(frame["finish_s"].max() - frame["arrival_s"].min())
-    out = {"requests": len(frame)}
+    out: dict[str, float] = {"requests": len(frame)}
     for name, values in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
         out[f"{name}_mean_s"] = float(values.mean()) if len(values) else float("nan")
         out[f"{name}_p90_s"] = float(np.percentile(values, 90)) if len(values) else float("nan")
