@@ -167,8 +167,8 @@ def validate(profile: Profile, spec: ModelSpec, device: torch.device, shape: Loo
     threads = threads or profile_threads(profile)
     try:
         measured = measure_loop(spec, dtype, device, shape, repeats, threads)
-    except (torch.OutOfMemoryError, RuntimeError) as error:
-        if not isinstance(error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+    except (torch.OutOfMemoryError, RuntimeError) as failure:
+        if not isinstance(failure, torch.OutOfMemoryError) and "can't allocate memory" not in str(failure):
             raise
         raise MmsimError(f"the loop does not fit in {device}'s memory: {shape.batch} sequences of "
                          f"{shape.prompt_tokens} + {shape.new_tokens} tokens over {shape.layers} layers; "

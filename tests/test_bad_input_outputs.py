@@ -151,6 +151,14 @@ def test_policy_declaring_an_unknown_waiting_order_is_refused(tmp_path):
             "waiting_order is 'sorted'", "'fixed-key'", out=tmp_path / "o")
 
 
+def test_a_policy_file_that_is_not_python_source_is_refused(tmp_path):
+    # ``a.py:b.txt:P`` names the file ``a.py:b.txt``: importlib has no loader for it (an AttributeError traceback).
+    write(tmp_path / "a.py:b.txt", "class P: pass\n")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["run", scenario, "--policy", f"{tmp_path}/a.py:b.txt:P", "--out", tmp_path / "o"],
+            "not a Python source file", out=tmp_path / "o")
+
+
 def test_help_says_policy_files_are_executed():
     code, text = cli("run", "--help")
     assert code == 0 and "executed" in text

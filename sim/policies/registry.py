@@ -7,14 +7,20 @@ import importlib.metadata
 import importlib.util
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from sim.errors import MmsimError
 
-_REGISTRY: dict[str, type] = {}
+if TYPE_CHECKING:
+    from sim.policies.base import Policy
+
+PolicyClass = TypeVar("PolicyClass", bound="type[Policy]")
+
+_REGISTRY: dict[str, type[Policy]] = {}
 BUILTIN_MODULES = ("static", "fcfs_swap", "time_slice", "swap_aware", "offload_aware", "slo_aware", "prefix_swap_aware")
 
 
-def register(cls: type) -> type:
+def register(cls: PolicyClass) -> PolicyClass:
     """Class decorator: make a policy available by its ``name``."""
     _REGISTRY[cls.name] = cls
     return cls
@@ -52,6 +58,8 @@ def load_class_from_file(spec: str, kind: str = "policy") -> type:
         raise MmsimError(f"{kind} file {path} does not exist or is not a regular file "
                          "(expected path/to/file.py:ClassName)")
     module_spec = importlib.util.spec_from_file_location(f"mmsim_user_{kind}_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:  # e.g. a.py:b.txt:Class names b.txt, no Python source
+        raise MmsimError(f"cannot import {kind} file {path}: not a Python source file (expected path/to/file.py:ClassName)")
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
