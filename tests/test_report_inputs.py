@@ -92,6 +92,19 @@ def test_truncated_requests_parquet_names_the_file(runs, tmp_path, monkeypatch, 
                    str(table), "unreadable Parquet")
 
 
+@pytest.mark.parametrize("name", ["requests.parquet", "events.parquet", "timeseries.parquet"])
+def test_a_table_without_a_runs_columns_names_the_file(runs, tmp_path, monkeypatch, capsys, name):
+    """A readable Parquet file of other columns was a KeyError traceback from deep in the report."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first, second = copies(runs, tmp_path)
+    pq.write_table(pa.table({"x": [1]}), second / name)
+    out = tmp_path / "r.html"
+    assert_refused(report(monkeypatch, capsys, str(first), str(second), "--out", str(out)), out,
+                   str(second / name), "lacks column(s)")
+
+
 def test_runs_of_another_load_are_refused_naming_the_field(runs, tmp_path, monkeypatch, capsys):
     first, second = copies(runs, tmp_path)
     scenario = json.loads((second / "scenario.json").read_text())

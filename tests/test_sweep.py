@@ -160,6 +160,22 @@ def test_sweep_report_is_self_contained_html(tmp_path):
     assert "<script" not in page and 'src="http' not in page and "<link" not in page  # nothing fetched from outside
 
 
+@pytest.mark.parametrize("name, damage, expected", [
+    ("index.parquet", lambda data: data[:100], "unreadable sweep index"),
+    ("sweep.json", lambda data: data[:5], "not valid JSON"),
+    ("sweep.json", lambda data: b"[]", "expected a JSON object"),
+])
+def test_sweep_report_of_a_damaged_folder_names_the_file(tmp_path, name, damage, expected):
+    """Each was a traceback (ArrowInvalid, JSONDecodeError, AttributeError) instead of one line."""
+    out = tmp_path / "out"
+    sweep(write_sweep(tmp_path, {"seed": [1]}), out, workers=1)
+    path = out / name
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(MmsimError, match=expected) as error:
+        sweep_report(out, tmp_path / "sweep.html")
+    assert str(path) in str(error.value) and not (tmp_path / "sweep.html").exists()
+
+
 def test_autoscaler_and_pool_axes(tmp_path):
     scenario = json.loads(json.dumps(SCENARIO))
     scenario["cluster"] = {"pools": [{"name": "p", "nodes": 1, "max_nodes": 2, "gpus_per_node": 2}]}

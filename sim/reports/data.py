@@ -11,6 +11,17 @@ import pandas as pd
 from sim.errors import MmsimError
 
 RUN_FILES = ("requests.parquet", "events.parquet", "timeseries.parquet")
+OPTIONAL_REQUEST_COLUMNS = ("cached_prompt_tokens",)
+"""Columns a report does without: runs written before prefix caching lack them."""
+
+
+def _required_columns(name: str) -> tuple[str, ...]:
+    """The columns ``mmsim run`` writes into run file ``name``, that a report reads."""
+    from sim.engine.recorder import EVENT_COLUMNS, SAMPLE_COLUMNS
+    from sim.results import REQUEST_COLUMNS
+
+    return {"requests.parquet": tuple(c for c in REQUEST_COLUMNS if c not in OPTIONAL_REQUEST_COLUMNS),
+            "events.parquet": EVENT_COLUMNS, "timeseries.parquet": SAMPLE_COLUMNS}[name]
 
 
 @dataclass
@@ -67,12 +78,18 @@ def _read_summary(path: Path) -> dict:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
+    """One of a run's tables, with the columns ``mmsim run`` writes (a report would fail on a missing one)."""
     try:
-        return pd.read_parquet(path)
+        frame = pd.read_parquet(path)
     except Exception as error:  # pyarrow raises several types for a damaged file; each is the same user problem
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise MmsimError(f"unreadable Parquet (truncated or damaged?): {reason}; rerun `mmsim run` for this folder",
                          source=str(path)) from None
+    missing = [column for column in _required_columns(path.name) if column not in frame.columns]
+    if missing:
+        raise MmsimError(f"not a run's table: lacks column(s) {', '.join(missing)}; rerun `mmsim run` for this folder",
+                         source=str(path))
+    return frame
 
 
 def load_run(path: Path) -> RunData:

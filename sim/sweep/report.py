@@ -6,7 +6,6 @@ capacity or cheapest-fleet table when ``capacity.json`` is present, and links to
 from __future__ import annotations
 
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import MmsimError
+from sim.files import load_json
 from sim.reports.colours import policy_colours
 from sim.reports.stats import MIN_SEEDS, Estimate, no_interval_text, proportion_estimate, rate_estimate
 from sim.results import atomic_write
@@ -145,9 +145,9 @@ def _cost_section(frame: pd.DataFrame, axes: list[str]) -> str:
 
 
 def _capacity_section(path: Path) -> str:
-    if not path.is_file():
+    data = _read_object(path, "capacity file")
+    if not data:
         return ""
-    data = json.loads(path.read_text())
     query = data.get("query", {})
     if "fleet" in data:
         return _fleet_section(data["fleet"], query)
@@ -188,13 +188,42 @@ def _run_link(sweep_dir: Path, run_id: str) -> str:
     return f'<a href="runs/{html.escape(run_id)}/{target}">{html.escape(run_id)}</a>'
 
 
+INDEX_COLUMNS = ("run_id", "status", "error")
+"""What the report reads of every index row besides the axes and figures."""
+
+
+def _read_sweep_index(sweep_dir: Path) -> pd.DataFrame:
+    """The sweep's index, or one error naming the damaged file (pyarrow and pandas raise many kinds)."""
+    name = "index.parquet" if (sweep_dir / "index.parquet").is_file() else "index.csv"
+    try:
+        frame = read_index(sweep_dir)
+    except Exception as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise MmsimError(f"unreadable sweep index (truncated or damaged?): {reason}; rerun `mmsim sweep` to rewrite it",
+                         source=str(sweep_dir / name)) from None
+    missing = [column for column in INDEX_COLUMNS if column not in frame.columns]
+    if missing:
+        raise MmsimError(f"not a sweep index: lacks column(s) {', '.join(missing)}", source=str(sweep_dir / name))
+    return frame
+
+
+def _read_object(path: Path, what: str) -> dict:
+    """A JSON object the sweep wrote beside its index ({} when absent), or one error naming the file."""
+    if not path.is_file():
+        return {}
+    data = load_json(path, what)
+    if not isinstance(data, dict):
+        raise MmsimError(f"expected a JSON object, found a {type(data).__name__}", source=str(path))
+    return data
+
+
 def sweep_report(sweep_dir: Path, out: Path) -> Path:
     """Write a self-contained HTML page for the sweep in ``sweep_dir`` to ``out``; return ``out``."""
     sweep_dir, out = Path(sweep_dir), Path(out)
     if not (sweep_dir / "index.parquet").is_file() and not (sweep_dir / "index.csv").is_file():
         raise MmsimError("not a sweep folder (no index.parquet or index.csv)", source=str(sweep_dir))
-    frame = read_index(sweep_dir)
-    meta = json.loads((sweep_dir / "sweep.json").read_text()) if (sweep_dir / "sweep.json").is_file() else {}
+    frame = _read_sweep_index(sweep_dir)
+    meta = _read_object(sweep_dir / "sweep.json", "sweep description")
     axes = meta.get("axes") or [c for c in frame.columns if c not in ("run_id", "status", "error") and "." in c]
     x = _x_axis(axes, frame)
     xlabel = "load multiplier" if x == "load" else x
