@@ -13,7 +13,6 @@ Models outside the catalogue are described by a Hugging Face ``config.json``
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -198,13 +197,10 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
     fields (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``, ``num_experts_per_tok``,
     ``moe_intermediate_size``, shared experts) where present. A missing field is a one-line error naming it.
     """
+    from sim.files import load_json
+
     source = str(path)
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as error:
-        raise MmsimError(f"cannot read model config: {error.strerror}", source=source) from None
-    except json.JSONDecodeError as error:
-        raise MmsimError(f"not valid JSON (line {error.lineno}: {error.msg})", source=source) from None
+    data = load_json(Path(path), "model config")  # a regular file (a FIFO blocked), UTF-8, of bounded size
     if not isinstance(data, dict):
         raise MmsimError("expected a JSON object (a Hugging Face config.json)", source=source)
     text_config = data.get("text_config")
@@ -228,6 +224,13 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
     heads = number("num_attention_heads", "n_head")
     if heads == 0 or layers == 0 or hidden == 0:
         raise MmsimError("num_hidden_layers, hidden_size and num_attention_heads must be positive", source=source)
+    kv_heads = number("num_key_value_heads", default=heads)
+    if not 1 <= kv_heads <= heads or heads % kv_heads:
+        raise MmsimError(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}", source=source,
+                         field="num_key_value_heads")
+    if "head_dim" not in config and hidden % heads:
+        raise MmsimError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}; give head_dim",
+                         source=source, field="hidden_size")
     experts = number("num_experts", "num_local_experts", "n_routed_experts", default=0)
     moe_ffn = number("moe_intermediate_size", default=0) if experts else 0
     if experts and not moe_ffn:
@@ -239,8 +242,7 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
     spec = ModelSpec(
         name=name, hf_id=str(data.get("_name_or_path", "") or source), family=family,
         num_layers=layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=number("num_key_value_heads", default=heads),
-        head_dim=number("head_dim", default=hidden // heads),
+        num_kv_heads=kv_heads, head_dim=number("head_dim", default=hidden // heads),
         ffn_size=number("intermediate_size", "n_inner", default=moe_ffn if experts else None),
         vocab_size=number("vocab_size"), tied_embeddings=bool(tied),
         qkv_bias=bool(config.get("attention_bias", family in QKV_BIAS_FAMILIES)),

@@ -111,6 +111,30 @@ def test_a_config_without_an_architecture_field_names_it(tmp_path, missing):
         model_from_hf_config(write_config(tmp_path, data), "broken")
 
 
+@pytest.mark.parametrize("edit, expected", [
+    ({"num_attention_heads": 6}, "hidden_size 2048 is not a multiple of num_attention_heads 6"),
+    ({"num_key_value_heads": 32}, "num_key_value_heads 32 must divide num_attention_heads 16"),
+    ({"num_key_value_heads": 0}, "num_key_value_heads 0 must divide"),
+])
+def test_a_config_whose_heads_do_not_split_is_refused(tmp_path, edit, expected):
+    """Each was accepted, and sized with a fractional head or more KV heads than heads."""
+    from sim.catalogue import model_from_hf_config
+
+    with pytest.raises(MmsimError, match=expected):
+        model_from_hf_config(write_config(tmp_path, {**QWEN25_3B_CONFIG, **edit}), "broken")
+
+
+def test_a_config_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    """A FIFO named as a model's config blocked the run for ever."""
+    import os
+
+    from sim.catalogue import model_from_hf_config
+
+    os.mkfifo(tmp_path / "config.json")
+    with pytest.raises(MmsimError, match="not a regular file"):
+        model_from_hf_config(tmp_path / "config.json", "fifo")
+
+
 def test_a_scenario_serves_a_model_from_its_config(tmp_path):
     from sim.simulation import simulate
     from sim.scenario import parse_scenario
@@ -129,7 +153,7 @@ def test_a_scenario_serves_a_model_from_its_config(tmp_path):
 def test_a_scenario_config_that_is_missing_is_one_line(tmp_path):
     from sim.scenario import parse_scenario
 
-    with pytest.raises(MmsimError, match="cannot read model config"):
+    with pytest.raises(MmsimError, match="model config not found"):
         parse_scenario({"models": [{"config": str(tmp_path / "nowhere.json"), "name": "x"}],
                         "workload": {"trace": {"path": "t.csv"}}}, "test")
 
