@@ -99,6 +99,15 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert not out.exists()
 
 
+def test_merge_refuses_to_write_over_an_input(tmp_path, capsys):
+    """`trace merge a.csv b.csv b.csv` replaced the input b.csv with the merge, without a word."""
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.write_text("arrival_s,model,prompt_tokens,output_tokens\n0,qwen3-8b,10,5\n")
+    second.write_text("arrival_s,model,prompt_tokens,output_tokens\n1,qwen2.5-3b,20,5\n")
+    code, _, err = mmsim(capsys, "trace", "merge", first, second, second)
+    assert code == 2 and "OUT is also an input" in err and "qwen3-8b" not in second.read_text()
+
+
 def test_skip_bad_counts(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text(BAD)

@@ -118,6 +118,9 @@ def trace_merge(
 
     for path in sources:
         check_regular_file(path, "trace file")
+        if target.exists() and target.samefile(path):  # the merge would replace one of its inputs
+            raise MmsimError("OUT is also an input; the last argument is the merged trace to write, so give a new "
+                             "file after the inputs", source=str(target))
     check_output_target(target)
     options = ImportOptions(check_models=False)
     streams = [read_trace(path, "mmsim", options, rows=chunk_rows) for path in sources]
