@@ -112,6 +112,9 @@ class ModelEntry(Strict):
     def _gpu_indexes(cls, value):
         if value is not None and any(not 0 <= index < MAX_NODES * MAX_GPUS_PER_NODE for index in value):
             raise ValueError("GPU indexes must be >= 0 and below the cluster's GPU count")
+        if value is not None and len(set(value)) != len(value):  # loaded one instance per entry, twice on one GPU
+            twice = next(index for index in value if value.count(index) > 1)
+            raise ValueError(f"GPU {twice} is listed twice; list each GPU once (replicas on one GPU: use aliases)")
         return value
 
     @field_validator("name")

@@ -21,6 +21,13 @@ def test_pinned_gpus_must_serve_from_the_start(tmp_path, policy, cluster, gpus, 
     refused(["run", scenario, "--out", tmp_path / "o"], "models.qwen2.5-3b.gpus", expected, out=tmp_path / "o")
 
 
+def test_a_gpu_pinned_twice_is_refused(tmp_path):
+    """``gpus: [0, 0]`` loaded two instances of the model on GPU 0 without a word."""
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(cluster={"nodes": 1, "gpus_per_node": 2},
+                                                             models=[{"name": "qwen2.5-3b", "gpus": [0, 1, 0]}]))
+    refused(["run", scenario, "--out", tmp_path / "o"], "gpus", "GPU 0 is listed twice", out=tmp_path / "o")
+
+
 def test_a_misspelt_policy_in_a_sweep_axis_is_refused_before_any_run(tmp_path):
     """The sweep ran, recorded a failed run for the misspelt name and exited 1, leaving a sweep folder."""
     write_yaml(tmp_path / "s.yaml", tiny_scenario())
