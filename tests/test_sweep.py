@@ -211,3 +211,23 @@ def test_mixed_fleet_sweep_carries_cost_and_placement_pays(repo, tmp_path):
     assert rows["cluster.placement=hardware-aware"]["pareto"] and not rows["cluster.placement=blind"]["pareto"]
     page = sweep_report(tmp_path / "out", tmp_path / "sweep.html").read_text()
     assert "SLO attainment per series" in page and "Cost and SLO attainment" in page
+
+
+def test_a_sweep_runs_only_into_a_new_folder_or_its_own(tmp_path):
+    """Into another sweep's folder it rewrote that sweep's index without its runs; into a folder of other files it
+    mixed its own with them."""
+    cli = lambda path, out: subprocess.run([*MMSIM_CLI, "sweep", str(path), "--workers", "1", "--out", str(out), "-q"],
+                                           capture_output=True, text=True, timeout=300)
+    path = write_sweep(tmp_path, {"seed": [1]})
+    out = tmp_path / "out"
+    assert cli(path, out).returncode == 0 and cli(path, out).returncode == 0  # its own folder: resumed
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sweep.yaml").write_text(yaml.safe_dump({"name": "u", "base": "../tiny.yaml", "axes": {"load": [1]}}))
+    refused = cli(other / "sweep.yaml", out)
+    assert refused.returncode == 2 and "holds sweep 't' over ['seed'], not sweep 'u' over ['load']" in refused.stderr
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    refused = cli(path, tmp_path / "mine")
+    assert refused.returncode == 2 and "holds other files and no sweep" in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]

@@ -35,7 +35,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
     """Run every combination of a sweep's axes; resume by skipping finished runs; write OUT/index.csv."""
     from sim.files import check_output_dir, safe_name
     from sim.policies.registry import check_policy_file_allowed
-    from sim.sweep.execute import check_ray_address, run_sweep
+    from sim.sweep.execute import check_ray_address, check_sweep_folder, run_sweep
     from sim.sweep.spec import expand, load_sweep, resolve_base
 
     spec = load_sweep(sweep_file)
@@ -45,6 +45,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
             check_policy_file_allowed(str((task.scenario_data.get(section) or {}).get("name", "")),
                                       allowed=allow_policy_files, source=str(sweep_file), field=f"{section}.name")
     out = check_output_dir(out or Path("reports/sweeps") / safe_name(spec.name, "sweep"))
+    check_sweep_folder(out, spec.name, list(spec.axes))
     if ray_address:
         check_ray_address(ray_address)
     meta = {"name": spec.name, "sweep_file": str(sweep_file), "base": str(resolve_base(spec, sweep_file))}

@@ -226,6 +226,26 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
             "run_seconds": run_seconds, "index": frame}
 
 
+def check_sweep_folder(out: Path, name: str, axes: list[str]) -> None:
+    """``out`` is new, empty, or this sweep's own folder (to resume): a sweep into another sweep's folder rewrote its
+    index without that sweep's runs, and one into a folder of other files mixed them with its own."""
+    if not out.is_dir():
+        return
+    entries = [e.name for e in out.iterdir() if not (e.name.startswith(".") and e.name.endswith((".tmp", ".old")))]
+    if not entries or entries == ["runs"]:  # new, or stopped before it described itself
+        return
+    if "sweep.json" not in entries:
+        raise MmsimError("holds other files and no sweep; give a new or empty folder with --out", source=str(out))
+    try:
+        meta = json.loads((out / "sweep.json").read_text())
+    except (OSError, ValueError):
+        meta = None
+    if not isinstance(meta, dict) or meta.get("name") != name or meta.get("axes") != axes:
+        found = f"sweep {meta.get('name')!r} over {meta.get('axes')}" if isinstance(meta, dict) else "a damaged sweep.json"
+        raise MmsimError(f"holds {found}, not sweep {name!r} over {axes}; a sweep resumes only in its own folder: give "
+                         "another --out", source=str(out))
+
+
 def remove_temporaries(out: Path) -> None:
     """Delete the temporary files and folders (``.NAME.*.tmp``, ``.NAME.*.old``) a killed sweep left behind."""
     for folder in (out, out / "runs"):
