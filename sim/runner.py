@@ -149,8 +149,13 @@ def run_scenario(path: Path, *, policy: str | None = None, seed: int | None = No
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"{scenario.name} / {policy_name}", total=expected_requests(scenario))
-        result = simulate(scenario, base_dir=path.parent, policy=policy, seed=seed, mode=mode,
-                          on_progress=lambda n: progress.update(task, completed=n))
+        try:
+            result = simulate(scenario, base_dir=path.parent, policy=policy, seed=seed, mode=mode,
+                              on_progress=lambda n: progress.update(task, completed=n))
+        except MmsimError as error:
+            if error.field is not None and error.source is None:  # a field checked as the run builds the cluster
+                error.source = str(path)
+            raise
     write_run_folder(result, out_dir, effective_scenario(scenario, policy, seed))
     return result, out_dir
 

@@ -28,6 +28,13 @@ def test_a_gpu_pinned_twice_is_refused(tmp_path):
     refused(["run", scenario, "--out", tmp_path / "o"], "gpus", "GPU 0 is listed twice", out=tmp_path / "o")
 
 
+def test_a_field_checked_as_the_run_builds_its_cluster_names_the_scenario_file(tmp_path):
+    """``max_model_len`` beyond the KV room is found only once the cluster is built: the message named the field alone."""
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(models=[{"name": "qwen2.5-3b", "max_model_len": 10**8}]))
+    refused(["run", scenario, "--out", tmp_path / "o"], f"{scenario}: models.qwen2.5-3b: max_model_len 100,000,000 is more",
+            out=tmp_path / "o")
+
+
 def test_a_misspelt_policy_in_a_sweep_axis_is_refused_before_any_run(tmp_path):
     """The sweep ran, recorded a failed run for the misspelt name and exited 1, leaving a sweep folder."""
     write_yaml(tmp_path / "s.yaml", tiny_scenario())
