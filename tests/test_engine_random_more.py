@@ -1,0 +1,253 @@
+"""Random small clusters of what ``test_engine_random`` never generates, under every built-in policy with its
+parameters varied (Hypothesis): the same trust contract — each run ends by itself, loses no request without a
+reason, never overfills a GPU, and fast-forward gives the per-iteration reference's times.
+
+Beyond that test's scenarios these cover ``prefix-swap-aware``; policy parameters from their edges to their
+defaults (``benefit_ratio``, ``min_residency_s``, ``recheck_s``, ``aging_tokens_per_s``, ``kv_reserve_tokens``,
+``keep_weights_on_host``, ``quantum_s``, the offload thresholds); tensor- and pipeline-parallel deployments over
+two to four GPUs and one or two nodes; replicas and pinned GPUs; MIG slices; partial CPU offload
+(``gpu_share``); fp8 weights and KV; a deployment's own ``max_model_len``; the other hardware profiles; SLOs
+per model; predicted output lengths (``output_length_error``) and every routing rule. Set
+``MMSIM_RANDOM_EXAMPLES`` for a longer hunt.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, event, given, reject, settings
+from hypothesis import strategies as st
+
+from sim.catalogue import get_model
+from sim.costs import ModelCosts
+from sim.engine.memory import reserve_bytes, shard_fractions
+from sim.errors import MmsimError
+from sim.profile import load_profile
+from sim.scenario import parse_scenario
+
+from conftest import assert_same_times, simulate_within_memory, wall_clock_limit
+from test_engine_random import POLICIES, RUN_LIMIT_S, chunk
+
+EXAMPLES = int(os.environ.get("MMSIM_RANDOM_EXAMPLES", "100"))
+SWAPPING_POLICIES = (*POLICIES[1:], "prefix-swap-aware")
+MODELS = ("qwen2.5-3b", "qwen3-8b", "llama-3-8b", "mistral-7b", "qwen2.5-7b")
+PROFILES = ("paper-rtx5000", "paper-a6000", "a100-80gb", "h100-sxm")
+MIG_SLICES = ("1g.10gb", "2g.20gb", "3g.40gb")
+SWAP_AWARE_PARAMS = {
+    "benefit_ratio": st.sampled_from([0.0, 1.0, 16.0, 1e6]),
+    "min_residency_s": st.sampled_from([1e-3, 0.5, 20.0]),
+    "recheck_s": st.sampled_from([1e-3, 0.3, 1.0, 10.0]),
+    "aging_tokens_per_s": st.sampled_from([1e-3, 0.5, 1000.0]),
+    "kv_reserve_tokens": st.sampled_from([0, 100, 4096, 100_000]),
+    "keep_weights_on_host": st.booleans(),
+}
+POLICY_PARAMS = {
+    "static": {},
+    "fcfs-swap": {"min_residency_s": st.sampled_from([1e-3, 0.5, 5.0])},
+    "time-slice": {"quantum_s": st.sampled_from([1e-3, 0.05, 0.5, 5.0])},
+    "swap-aware": SWAP_AWARE_PARAMS,
+    "prefix-swap-aware": SWAP_AWARE_PARAMS,
+    "slo-aware": SWAP_AWARE_PARAMS,
+    "offload-aware": {**SWAP_AWARE_PARAMS, "short_output_tokens": st.sampled_from([1, 256, 10_000]),
+                      "max_slowdown": st.sampled_from([1.0, 1.4, 5.0]),
+                      "min_gpu_share": st.sampled_from([0.1, 0.5, 1.0])},
+}
+
+
+@st.composite
+def policies(draw) -> dict:
+    """A built-in policy with some of its parameters drawn, the rest at their defaults."""
+    name = draw(st.sampled_from(sorted(POLICY_PARAMS)))
+    params = {key: draw(values) for key, values in POLICY_PARAMS[name].items() if draw(st.booleans())}
+    return {"name": name, "params": params}
+
+
+@st.composite
+def clusters(draw) -> dict:
+    """One or two nodes of up to four GPUs in all, of any profile; sometimes MIG slices, sometimes less memory."""
+    profile = draw(st.sampled_from(PROFILES))
+    if profile in ("a100-80gb", "h100-sxm") and draw(st.integers(0, 3)) == 0:
+        return {"profile": profile, "nodes": 1, "gpus_per_node": 1, "host_memory_gb": draw(st.sampled_from([1, 64])),
+                "mig": {"profile": draw(st.sampled_from(MIG_SLICES)), "slices_per_gpu": draw(st.integers(1, 3))}}
+    nodes = draw(st.integers(1, 2))
+    cluster = {"profile": profile, "nodes": nodes, "gpus_per_node": draw(st.sampled_from([1, 2] if nodes == 2 else [1, 2, 4])),
+               "host_memory_gb": draw(st.sampled_from([0.05, 1, 64]))}
+    memory_gb = draw(st.sampled_from([None, 8, 12, 18, 24, 40]))
+    if memory_gb is not None:
+        cluster["gpu_memory_gb"] = memory_gb
+    return cluster
+
+
+def parallel_shapes(cluster: dict) -> list[tuple[int, int]]:
+    """(tensor_parallel, pipeline_parallel) pairs that tile the cluster's nodes (as sim.fleet.hardware requires)."""
+    if "mig" in cluster:
+        return [(1, 1)]
+    per_node, total = cluster["gpus_per_node"], cluster["gpus_per_node"] * cluster["nodes"]
+    shapes = []
+    for tp in (1, 2, 4):
+        for pp in (1, 2, 4):
+            size = tp * pp
+            if per_node % tp == 0 and size <= total and not (per_node % size if size <= per_node else size % per_node):
+                shapes.append((tp, pp))
+    return shapes
+
+
+@st.composite
+def deployments(draw, cluster: dict, policy: str) -> list[dict]:
+    """One to three deployments (a catalogue model twice under an alias), each with its own shape and settings."""
+    names = draw(st.lists(st.sampled_from(MODELS), min_size=1, max_size=3))
+    gpu_count = cluster["nodes"] * cluster["gpus_per_node"] * cluster.get("mig", {}).get("slices_per_gpu", 1)
+    # A GPU holds one-GPU instances or parallel ones over exactly its group, and only static places by groups: the
+    # swapping policies look for room GPU by GPU, so a model whose group overlaps another shape's instances is
+    # never loaded (see the report). They get one shape for all their models; time-slice, which shares models
+    # out to single home GPUs, gets one-GPU models.
+    shapes = parallel_shapes(cluster) if policy != "time-slice" else [(1, 1)]
+    if policy != "static":
+        shapes = [draw(st.sampled_from(shapes))]
+    entries = []
+    for index, name in enumerate(names):
+        entry = {"name": name} if name not in names[:index] else {"name": name, "alias": f"{name}-{index}"}
+        tp, pp = draw(st.sampled_from(shapes))
+        if tp > 1:
+            entry["tensor_parallel"] = tp
+        if pp > 1:
+            entry["pipeline_parallel"] = pp
+        # Only static places a deployment at its gpu_share; the swapping policies load whole copies (offload-aware
+        # picks its own shares), so a deployment that fits only offloaded is one they cannot serve (see the report).
+        if tp * pp == 1 and policy == "static" and draw(st.integers(0, 4)) == 0:
+            entry["gpu_share"] = draw(st.sampled_from([0.5, 0.75]))
+        if draw(st.integers(0, 3)) == 0:
+            entry["gpus"] = draw(st.lists(st.integers(0, gpu_count - 1), min_size=1, max_size=2, unique=True))
+        elif draw(st.integers(0, 3)) == 0:
+            entry["replicas"] = draw(st.integers(1, 2))
+        if draw(st.booleans()):
+            entry["kv_dtype"] = "fp8"
+        if draw(st.integers(0, 3)) == 0:
+            entry["dtype"] = "fp8"
+        if draw(st.integers(0, 3)) == 0:
+            entry["max_model_len"] = draw(st.sampled_from([64, 700, 4096]))
+        entries.append(entry)
+    return entries
+
+
+@st.composite
+def slos(draw, names: list[str]) -> dict:
+    """A default SLO (TTFT, maybe TPOT), and for some models their own."""
+    def slo():
+        bounds = {"ttft_s": draw(st.sampled_from([0.2, 2.0, 30.0]))}
+        if draw(st.booleans()):
+            bounds["tpot_s"] = draw(st.sampled_from([0.01, 0.1, 1.0]))
+        return bounds
+
+    return {"default": slo(), **{name: slo() for name in names if draw(st.integers(0, 2)) == 0}}
+
+
+def per_gpu_bytes(profile: str, entry: dict, engine: dict, tokens: int) -> tuple[int, int]:
+    """(weights + reserve, KV of ``tokens`` tokens in whole blocks) that an instance of ``entry`` takes on each GPU."""
+    spec = get_model(entry["name"])
+    tp, pp = entry.get("tensor_parallel", 1), entry.get("pipeline_parallel", 1)
+    costs = ModelCosts(load_profile(profile), spec, entry.get("dtype", "fp16"), entry.get("kv_dtype"), tp, pp)
+    weights, kv = shard_fractions(spec, tp, pp)
+    footprint = (int(costs.gpu_weight_bytes(entry.get("gpu_share", 1.0)) * weights)
+                 + reserve_bytes(spec, engine["max_num_batched_tokens"], engine["max_num_seqs"], tp))
+    block = engine["block_size"]
+    return footprint, int(-(-tokens // block) * block * costs.kv_bytes_per_token * kv)
+
+
+def tight_memory_gb(draw, profile: str, models: list[dict], rows, engine: dict) -> float:
+    """GPU memory for the largest model alone, or for all of them together, with KV room beside them from
+    one longest request's to a few GB: loads, unloads and preemption under KV pressure."""
+    longest = max(prompt + output + 1 for _, _, prompt, output, _ in rows)
+    sizes = [per_gpu_bytes(profile, m, engine, longest) for m in models]
+    weights = sum(f for f, _ in sizes) if draw(st.booleans()) else max(f for f, _ in sizes)
+    room = max(kv for _, kv in sizes) + draw(st.sampled_from([0, 2**20, 2**28, 2**31]))
+    return (weights + room) / engine["gpu_memory_utilization"] / 2**30
+
+
+@st.composite
+def cases(draw):
+    cluster = draw(clusters())
+    policy = draw(policies())
+    models = draw(deployments(cluster, policy["name"]))
+    names = [m.get("alias") or m["name"] for m in models]
+    engine = {
+        "max_num_seqs": draw(st.sampled_from([1, 2, 4, 16])),
+        "max_num_batched_tokens": draw(st.sampled_from([256, 1024, 4096])),
+        "block_size": draw(st.sampled_from([8, 16, 32])),
+        "chunked_prefill": draw(st.booleans()),
+        "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
+        "prefix_caching": draw(st.booleans()),
+        "gpu_memory_utilization": draw(st.sampled_from([0.5, 0.9])),
+    }
+    rows = draw(st.lists(st.tuples(st.integers(0, draw(st.sampled_from([0, 20, 100, 500]))).map(lambda centis: centis / 100),
+                                   st.sampled_from(names),
+                                   st.one_of(st.integers(1, 600), st.integers(600, 20_000)),
+                                   st.one_of(st.integers(1, 3), st.integers(1, 600)),
+                                   st.one_of(st.just(()), st.tuples(st.integers(0, 1), st.lists(st.integers(0, 1), max_size=6))
+                                             .map(lambda ids: (ids[0], *ids[1])))),
+                         min_size=draw(st.sampled_from([1, 4, 8])), max_size=24))
+    profile = cluster.pop("profile")
+    if "mig" not in cluster and draw(st.booleans()):
+        cluster["gpu_memory_gb"] = tight_memory_gb(draw, profile, models, rows, engine)
+    data = {
+        "name": "random-more", "seed": 1, "profile": profile, "cluster": cluster, "models": models,
+        "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
+                                   "mix": {name: 1.0 for name in names}, "prompt_tokens": {"dist": "constant", "value": 10},
+                                   "output_tokens": {"dist": "constant", "value": 10}},
+                     "output_length_error": draw(st.sampled_from([0.0, 0.3, 1.0])),
+                     "prefix_block_tokens": draw(st.sampled_from([8, 64, 512]))},
+        "slo": draw(slos(names)),
+        "engine": engine,
+        "routing": {"rule": draw(st.sampled_from(["least-loaded", "round-robin", "prefix-aware"]))},
+        "policy": policy,
+    }
+    return parse_scenario(data, "random-more"), rows
+
+
+def run(scenario, rows, mode: str):
+    """The scenario under its own policy and parameters; a ``max_model_len`` longer than fits is the scenario's
+    error (mmsim refuses it as vLLM refuses to start), so such a draw is rejected."""
+    try:
+        return simulate_within_memory(scenario, chunk(rows), None, mode)
+    except MmsimError as error:
+        if "max_model_len" in str(error) and "KV room" in str(error):
+            reject()
+        raise
+
+
+def describe(scenario, result) -> None:
+    """What an example exercised, for ``--hypothesis-show-statistics``: its policy, and which mechanisms acted."""
+    event(f"policy {scenario.policy.name}")
+    kinds = set(result.events["kind"])
+    for kind in ("preempt_recompute", "preempt_swap", "unload", "load"):
+        event(f"{kind} {'seen' if any(k.startswith(kind) for k in kinds) else 'not seen'}")
+    completed = result.summary["requests_completed"]
+    event(f"completed {'none' if completed == 0 else 'some'}")
+
+
+def check_case(scenario, rows):
+    """Both modes' runs of one case hold the contract; returns the fast-forward run."""
+    policy = scenario.policy.name
+    with wall_clock_limit(RUN_LIMIT_S):
+        fast = run(scenario, rows, "fast")
+        exact = run(scenario, rows, "exact")
+    summary = fast.summary
+    assert summary["requests_completed"] + summary["requests_dropped"] == len(rows)
+    frame = fast.requests.set_index("id").sort_index()
+    reasons = set(frame.loc[frame["status"] == "dropped", "drop_reason"])
+    # As in test_engine_random: a swapping policy serves every request that fits its deployment.
+    unavoidable = {"exceeds_max_model_len", "model_exceeds_gpu"} | ({"not_placed"} if policy == "static" else set())
+    assert reasons <= unavoidable, (policy, reasons)
+    reference = exact.requests.set_index("id").sort_index()
+    assert (frame["status"] == reference["status"]).all()
+    assert (frame["cached_prompt_tokens"] == reference["cached_prompt_tokens"]).all()
+    assert_same_times(frame, reference, columns=("first_scheduled_s", "first_token_s", "finish_s"), label=policy)
+    return fast
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                        HealthCheck.filter_too_much])
+@given(case=cases())
+def test_more_random_runs_end_account_for_every_request_and_agree_across_modes(case):
+    describe(case[0], check_case(*case))
+
