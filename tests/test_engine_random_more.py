@@ -251,3 +251,30 @@ def check_case(scenario, rows):
 def test_more_random_runs_end_account_for_every_request_and_agree_across_modes(case):
     describe(case[0], check_case(*case))
 
+
+def small_scenario(models: list[dict], engine: dict, **sections) -> object:
+    """A scenario of ``models`` on the sections given, for the regression tests below (the generator's shape)."""
+    names = [m.get("alias") or m["name"] for m in models]
+    return parse_scenario({
+        "name": "regression", "seed": 1, "models": models,
+        "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
+                                   "mix": {name: 1.0 for name in names}, "prompt_tokens": {"dist": "constant", "value": 10},
+                                   "output_tokens": {"dist": "constant", "value": 10}}, "prefix_block_tokens": 64},
+        "slo": {"default": {"ttft_s": 2.0}}, "engine": engine, **sections}, "regression")
+
+
+def test_prefix_aware_routing_reads_a_fast_forwarding_instance_at_the_arrival():
+    """Found by the hunt above: with two replicas behind prefix-aware routing, a request arrived while one of them
+    fast-forwarded a decode; the router scored that instance's free KV as it stood at the window's start, and
+    sent the request to the idle replica, where per-iteration mode sent it to the busy one that had its prefix
+    cached (64 cached tokens against none, and other times)."""
+    scenario = small_scenario(
+        [{"name": "qwen2.5-3b", "gpu_share": 0.75}],
+        {"max_num_seqs": 1, "max_num_batched_tokens": 4096, "block_size": 8, "chunked_prefill": False,
+         "gpu_memory_utilization": 0.5},
+        profile="a100-80gb", cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 11.015908241271973},
+        routing={"rule": "prefix-aware"}, policy={"name": "static"})
+    rows = [(1.79, "qwen2.5-3b", 3696, 3, (1, 0, 1, 1, 1, 1)), (1.95, "qwen2.5-3b", 8592, 255, (0, 1, 1)),
+            (3.86, "qwen2.5-3b", 612, 1, (0,))]
+    fast = check_case(scenario, rows).requests.set_index("id").sort_index()
+    assert list(fast["gpu"]) == [0, 0, 0] and list(fast["cached_prompt_tokens"]) == [0, 0, 64]

@@ -59,6 +59,9 @@ class Router:
         weights = self.weights
         best, best_key = pool[0], (-1.0, 0, 0)
         for instance, queued in zip(pool, queues):
+            # A fast-forwarding GPU's blocks (and the cache its decode growth evicted) stand at its window's start:
+            # bring them to now, as the per-iteration run has them at this arrival.
+            instance.gpu.sync()
             prefix = 0.0
             if path.blocks and instance.prefix_cache is not None:
                 prefix = instance.prefix_cache.match(path, path.blocks) / path.blocks
