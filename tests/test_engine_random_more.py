@@ -278,3 +278,18 @@ def test_prefix_aware_routing_reads_a_fast_forwarding_instance_at_the_arrival():
             (3.86, "qwen2.5-3b", 612, 1, (0,))]
     fast = check_case(scenario, rows).requests.set_index("id").sort_index()
     assert list(fast["gpu"]) == [0, 0, 0] and list(fast["cached_prompt_tokens"]) == [0, 0, 64]
+
+
+def test_requests_of_an_unloaded_replica_go_to_their_models_other_replica():
+    """Found by the hunt above: fcfs-swap evicted one of llama-3-8b's two pinned replicas for qwen2.5-3b; the
+    request decoding there went back to llama-3-8b's pending queue, and stayed there to the end (dropped), since
+    the policy only brings in absent models and the other replica was never asked to take it."""
+    scenario = small_scenario(
+        [{"name": "llama-3-8b", "gpus": [0, 1], "max_model_len": 4096}, {"name": "qwen2.5-3b"}],
+        {"max_num_seqs": 2, "max_num_batched_tokens": 1024, "gpu_memory_utilization": 0.5, "prefix_caching": False},
+        profile="paper-a6000", cluster={"nodes": 2, "gpus_per_node": 1, "gpu_memory_gb": 36.76462173461914},
+        policy={"name": "fcfs-swap"})
+    rows = [(3.68, "llama-3-8b", 2187, 512, ()), (1.72, "llama-3-8b", 156, 511, ()), (2.5, "qwen2.5-3b", 3604, 159, ()),
+            (2.44, "llama-3-8b", 19, 541, ())]
+    fast = check_case(scenario, rows).requests.set_index("id").sort_index()
+    assert (fast["status"] == "completed").all() and list(fast["gpu"]) == [0, 1, 0, 1]

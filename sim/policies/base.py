@@ -175,7 +175,13 @@ class Policy:
         """A request completed on ``instance``."""
 
     def on_evicted(self, instance: Instance, requests: list[Request], view: ClusterView) -> None:
-        """``instance`` is unloading; ``requests`` went back to their model's pending queue."""
+        """``instance`` is unloading; ``requests`` went back to their model's pending queue. By default the model's
+        other ready or loading instances take them, as they would new arrivals: the built-in policies bring in
+        only absent models, so a request left pending beside a live instance of its model would never be served."""
+        for request in requests:
+            target = self.route(request, view)
+            if target is not None:
+                view.assign(request, target)
 
     def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         """``instance``'s memory is free again."""
