@@ -246,7 +246,7 @@ class Gpu(AgendaEntry):
         instance.busy_s += elapsed
         self.add_busy(instance, elapsed)
         instance.last_used_s = now
-        if step.iterations:
+        if step.iterations and step.computes_token():
             engine.last_progress_s = now  # read by the progress guard; one store per step on the hot path
         instance.complete(engine, step, step.iterations, now)
         self.blocked.clear()

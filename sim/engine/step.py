@@ -48,6 +48,17 @@ class Step:
             rest = self.coefficients.steps_s(self.next_context_tokens, self.batch, iterations - 1)
         return self.transfer_s + self.first_iteration_s + rest
 
+    def computes_token(self) -> bool:
+        """Whether the step emits a token: a decode, or a chunk that completes its prompt (asked before the step
+        is applied). A chunk that leaves its prompt unfinished is not progress for the guard: a prefill
+        preempted and recomputed for ever, its model evicted and loaded again, would otherwise hide the loop."""
+        if self.batch or self.iterations > 1:
+            return True
+        for request, chunk in self.prefills:
+            if request.prefilled + chunk >= request.prefill_target:
+                return True
+        return False
+
     def rebase(self, done: int, elapsed_s: float, context_tokens: int) -> None:
         """The first ``done`` iterations (``elapsed_s`` seconds) are applied: the step is now the rest of
         the window, a pure decode run starting at ``context_tokens``."""
