@@ -163,12 +163,14 @@ def per_gpu_bytes(profile: str, entry: dict, engine: dict, tokens: int) -> tuple
 
 
 def tight_memory_gb(draw, profile: str, models: list[dict], rows, engine: dict) -> float:
-    """GPU memory for the largest model alone, or for all of them together, with KV room beside them from
-    one longest request's to a few GB: loads, unloads and preemption under KV pressure."""
+    """GPU memory for the largest model alone, or for all of them together, with KV room beside them from a third
+    of the longest request's to a few GB more: loads, unloads and preemption under KV pressure."""
     longest = max(prompt + output + 1 for _, _, prompt, output, _ in rows)
     sizes = [per_gpu_bytes(profile, m, engine, longest) for m in models]
     weights = sum(f for f, _ in sizes) if draw(st.booleans()) else max(f for f, _ in sizes)
-    room = max(kv for _, kv in sizes) + draw(st.sampled_from([0, 2**20, 2**28, 2**31]))
+    # Less room than the longest request needs makes the others preempt each other as their outputs grow (and
+    # leaves that one too long for its deployment: dropped at arrival, as it should be).
+    room = max(kv for _, kv in sizes) * draw(st.sampled_from([0.3, 0.6, 1.0])) + draw(st.sampled_from([0, 2**20, 2**28, 2**31]))
     return (weights + room) / engine["gpu_memory_utilization"] / 2**30
 
 
