@@ -239,10 +239,19 @@ def describe(scenario, result) -> None:
 
 
 def swaps_whatever_it_costs(scenario) -> bool:
-    """A swapping policy told that any swap pays (``benefit_ratio`` of 1 or less): two models with work evict each
-    other every ``min_residency_s``, and when that is shorter than their prompts' prefills neither finishes one.
-    That loop is the parameters' (a design limit of the rule, not a bug); the progress guard must stop it."""
-    return scenario.policy.params.get("benefit_ratio", 16.0) <= 1.0
+    """A swapping policy told that any swap pays (``benefit_ratio`` of 1 or less), or time-slice on a quantum
+    shorter than its default: two models with work evict each other every ``min_residency_s`` or quantum, and when
+    that is shorter than their prompts' prefills neither finishes one. That loop is the parameters' (a design limit
+    of the rules, not a bug); the progress guard must stop it."""
+    params = scenario.policy.params
+    return params.get("benefit_ratio", 16.0) <= 1.0 or params.get("quantum_s", 5.0) < 5.0
+
+
+def pinned_together(scenario) -> bool:
+    """Whether two deployments pin a GPU in common: static loads them there whatever KV room they leave each other
+    (each one's max_model_len is what fits beside it alone), so a request may wait there for good."""
+    pins = [index for m in scenario.models for index in set(m.gpus or [])]
+    return len(pins) > len(set(pins))
 
 
 def check_case(scenario, rows):
@@ -268,6 +277,8 @@ def check_case(scenario, rows):
     reasons = set(frame.loc[frame["status"] == "dropped", "drop_reason"])
     # As in test_engine_random: a swapping policy serves every request that fits its deployment.
     unavoidable = {"exceeds_max_model_len", "model_exceeds_gpu"} | ({"not_placed"} if policy == "static" else set())
+    if policy == "static" and pinned_together(scenario):
+        unavoidable.add("not_scheduled")
     assert reasons <= unavoidable, (policy, reasons)
     reference = exact.requests.set_index("id").sort_index()
     assert (frame["status"] == reference["status"]).all()
@@ -341,3 +352,17 @@ def test_the_progress_guard_stops_models_evicting_each_other_before_any_prompt_c
     for mode in ("fast", "exact"):
         with wall_clock_limit(RUN_LIMIT_S), pytest.raises(NoProgress, match="evict each other"):
             run(scenario, rows, mode)
+
+
+def test_static_loads_one_tensor_parallel_instance_for_two_pinned_gpus_of_its_group():
+    """Found by the hunt above: a TP2 deployment pinned to ``gpus: [0, 1]`` got two instances over the same two
+    GPUs, one per index; the second took the KV room of the first, whose requests then waited to the end
+    (dropped as not_scheduled)."""
+    scenario = small_scenario(
+        [{"name": "qwen3-8b", "dtype": "fp8", "kv_dtype": "fp8", "tensor_parallel": 2, "gpus": [0, 1]}],
+        {"max_num_seqs": 2, "max_num_batched_tokens": 1024, "block_size": 8, "prefix_caching": False},
+        profile="paper-a6000", cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 9.156383726331923},
+        policy={"name": "static"})
+    rows = [(0.0, "qwen3-8b", 4909, 2, ()), (0.0, "qwen3-8b", 369, 526, ()), (0.0, "qwen3-8b", 600, 1, ())]
+    fast = check_case(scenario, rows)
+    assert fast.summary["loads"] == 1 and (fast.requests["status"] == "completed").all()

@@ -35,8 +35,10 @@ def static_placement(view: ClusterView) -> list[tuple[int, int]]:
     for model in models:
         size = view.gpus_per_instance(model)
         for index in view.placement(model).get("gpus") or []:
-            pairs.append((model, index))
             first = index - index % size
+            if (model, first) in pairs:
+                continue  # another index of the same group (gpus: [0, 1] at TP2): one instance spans both
+            pairs.append((model, first))
             taken.update(range(first, first + size))
     for model in models:
         size = view.gpus_per_instance(model)
