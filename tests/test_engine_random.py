@@ -36,6 +36,19 @@ RUN_LIMIT_S = 60
 """Wall-clock bound of one example (three runs); a hang fails the test instead of stalling CI."""
 
 
+def engine_sections():
+    """Engine limits from the edges that matter: one-sequence batches, small token budgets and blocks, unchunked
+    prefill, both preemption modes, prefix caching on and off."""
+    return st.fixed_dictionaries({
+        "max_num_seqs": st.sampled_from([1, 2, 4, 16]),
+        "max_num_batched_tokens": st.sampled_from([256, 1024, 4096]),
+        "block_size": st.sampled_from([8, 16, 32]),
+        "chunked_prefill": st.booleans(),
+        "preemption_mode": st.sampled_from(["recompute", "swap"]),
+        "prefix_caching": st.booleans(),
+    })
+
+
 @st.composite
 def cases(draw):
     crowded = draw(st.booleans())  # one GPU that two to four models share
@@ -46,14 +59,7 @@ def cases(draw):
     else:
         models = draw(st.lists(st.sampled_from(MODELS), min_size=1, max_size=3, unique=True))
         gpus, memory_gb = draw(st.integers(1, 2)), draw(st.sampled_from([4, 9, 12, 18, 24]))
-    engine = {
-        "max_num_seqs": draw(st.sampled_from([1, 2, 4, 16])),
-        "max_num_batched_tokens": draw(st.sampled_from([256, 1024, 4096])),
-        "block_size": draw(st.sampled_from([8, 16, 32])),
-        "chunked_prefill": draw(st.booleans()),
-        "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
-        "prefix_caching": draw(st.booleans()),
-    }
+    engine = draw(engine_sections())
     gaps = st.integers(0, 50) if crowded else st.integers(0, 500)  # a crowded GPU's requests come in bursts
     rows = draw(st.lists(st.tuples(gaps.map(lambda centis: centis / 100),
                                    st.sampled_from(models),

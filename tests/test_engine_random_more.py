@@ -28,7 +28,7 @@ from sim.profile import load_profile
 from sim.scenario import parse_scenario
 
 from conftest import assert_same_times, simulate_within_memory, wall_clock_limit
-from test_engine_random import POLICIES, RUN_LIMIT_S, chunk
+from test_engine_random import POLICIES, RUN_LIMIT_S, chunk, engine_sections
 
 EXAMPLES = int(os.environ.get("MMSIM_RANDOM_EXAMPLES", "100"))
 EMPHASIS = os.environ.get("MMSIM_RANDOM_EMPHASIS", "")
@@ -180,15 +180,7 @@ def cases(draw):
     policy = draw(policies())
     models = draw(deployments(cluster, policy["name"]))
     names = [m.get("alias") or m["name"] for m in models]
-    engine = {
-        "max_num_seqs": draw(st.sampled_from([1, 2, 4, 16])),
-        "max_num_batched_tokens": draw(st.sampled_from([256, 1024, 4096])),
-        "block_size": draw(st.sampled_from([8, 16, 32])),
-        "chunked_prefill": draw(st.booleans()),
-        "preemption_mode": draw(st.sampled_from(["recompute", "swap"])),
-        "prefix_caching": draw(st.booleans()),
-        "gpu_memory_utilization": draw(st.sampled_from([0.5, 0.9])),
-    }
+    engine = draw(engine_sections()) | {"gpu_memory_utilization": draw(st.sampled_from([0.5, 0.9]))}
     rows = draw(st.lists(st.tuples(st.integers(0, draw(st.sampled_from([0, 20] if EMPHASIS == "pressure" else [0, 20, 100, 500]))).map(lambda centis: centis / 100),
                                    st.sampled_from(names),
                                    st.one_of(st.integers(1, 600), st.integers(600, 20_000)),
