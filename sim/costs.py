@@ -344,20 +344,20 @@ class ModelCosts:
         if prefills == 0:
             return self.decode_step_s(batch, context_tokens, gpu_share)
         if self._pp > 1:
-            mixed = self._pipelined_s(batch, context_tokens, prefill_tokens, prefill_quadratic, prefills)
-            return mixed if batch == 0 else self._no_cheaper_than_decode(mixed, batch, context_tokens, gpu_share)
-        prefill = self._prefill_step_s(prefill_tokens, prefill_quadratic, prefills, gpu_share)
-        if batch == 0:
-            return prefill
-        overlap = self.step_coefficients(0, gpu_share).base_s  # an empty decode step: its context term is 0
-        return self._no_cheaper_than_decode(prefill + self.decode_step_s(batch, context_tokens, gpu_share) - overlap,
-                                            batch, context_tokens, gpu_share)
-
-    def _no_cheaper_than_decode(self, mixed_s: float, batch: int, context_tokens: float, gpu_share: float) -> float:
-        """A step with chunks added never costs less than its decodes alone (physics never inverts): fitted apart
-        from decode steps, a prefill's fixed cost can come out below the empty decode step that the sum takes off,
-        and a pipeline's even shares of context move with the chunks."""
-        decode_s = self.decode_step_s(batch, context_tokens, gpu_share)
+            mixed_s = self._pipelined_s(batch, context_tokens, prefill_tokens, prefill_quadratic, prefills)
+            if batch == 0:
+                return mixed_s
+            decode_s = self.decode_step_s(batch, context_tokens, gpu_share)
+        else:
+            prefill_s = self._prefill_step_s(prefill_tokens, prefill_quadratic, prefills, gpu_share)
+            if batch == 0:
+                return prefill_s
+            decode_s = self.decode_step_s(batch, context_tokens, gpu_share)
+            overlap_s = self.step_coefficients(0, gpu_share).base_s  # an empty decode step: its context term is 0
+            mixed_s = prefill_s + decode_s - overlap_s
+        # A step with chunks added never costs less than its decodes alone (physics never inverts): fitted apart from
+        # decode steps, a prefill's fixed cost can come out below the empty decode step the sum takes off, and a
+        # pipeline's even shares of context move with the chunks.
         return mixed_s if mixed_s >= decode_s else decode_s
 
     def _pipelined_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,
