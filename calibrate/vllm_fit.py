@@ -168,7 +168,9 @@ def fit_decode(samples: list[dict], layers: int) -> tuple[dict, dict]:
         else:  # one context only: the shared per-context slope
             k = per_context
             a = max(0.0, statistics.fmean(t - k * c for c, t in rows))
-        bases, slopes, counts = bases + [a], slopes + [k], counts + [len(rows)]
+        bases.append(a)
+        slopes.append(k)
+        counts.append(len(rows))
     # Both terms must not fall as the batch grows: with a falling per-token term, one more sequence would make
     # a step over a long context cheaper.
     monotone_bases, monotone_slopes = non_decreasing(bases, counts), non_decreasing(slopes, counts)

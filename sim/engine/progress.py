@@ -4,8 +4,8 @@ A policy can loop without end — two models evicting each other before either
 finishes a request, or a timer re-checking a decision that never changes — and
 a simulation of such a loop would run forever. The guard watches two figures
 since the last step that emitted a token (a decode iteration, or a prefill
-chunk that completes its prompt: chunks recomputed for ever are no progress): the model loads started, and the simulated seconds passed. When
-either passes the scenario's limit (``engine.progress_max_loads``,
+chunk that completes its prompt: chunks recomputed for ever are no progress):
+the model loads started, and the simulated seconds passed. When either passes the scenario's limit (``engine.progress_max_loads``,
 ``engine.progress_horizon_s``) with requests outstanding, the run stops with
 :class:`NoProgress`, naming the policy, the models and the loop.
 """
