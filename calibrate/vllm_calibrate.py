@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from calibrate.allocator import allocator
 from calibrate.vllm_engine import EngineLimits, StepRecord, VllmEngine, engine_version, model_folder
 from calibrate.vllm_fit import fit_engine_samples, quadratic, whole_step_errors
 from calibrate.vllm_probes import Prober, Tick, plan_for, summarise
@@ -62,7 +63,7 @@ def run_engine_calibration(request: EngineCalibration, tick: Tick) -> dict:
     costs = ModelCosts(parse_profile(profile, "engine calibration"), request.spec, request.dtype)
     errors = whole_step_errors(samples, lambda s: predicted_step_s(costs, s))
     profile["validation"][f"vllm_fit:{request.spec.name}"] = {
-        "engine": engine_version(), "device": request.device, "residuals": fit["residuals"], "whole_step_errors": errors,
+        "engine": engine_version(), "device": request.device, "allocator": allocator(), "residuals": fit["residuals"], "whole_step_errors": errors,
         "limits": request.limits.__dict__, "raw_steps": [step.as_sample() | {"probe": label} for label, step in prober.steps],
     }
     tick("fit")

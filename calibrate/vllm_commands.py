@@ -15,15 +15,24 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from calibrate.allocator import ensure_tcmalloc
 from calibrate.vllm_calibrate import EngineCalibration, probe_count, run_engine_calibration
 from calibrate.vllm_engine import TINY_QWEN2, EngineLimits, VllmEngine, model_folder, require_vllm
 from calibrate.vllm_report import write_html
 from calibrate.vllm_validate import Trace, error_text, summary_rows, validate_levels
 from sim.catalogue import ModelSpec, get_model, model_from_hf_config, register_model
 from sim.errors import MmsimError
+from sim.profile import load_profile
 
 console, stderr = Console(), Console(stderr=True)
 DEFAULT_MODEL = "qwen2.5-3b"
+
+
+def _may_restart() -> bool:
+    """Whether this process runs its own ``mmsim`` command line, which it may start again."""
+    from sim import cli
+
+    return cli.own_command_line
 
 
 def _progress(label: str) -> Progress:
@@ -52,6 +61,8 @@ def calibrate_engine_command(model: str | None, config: Path | None, dtype: str,
         model = "tiny-qwen2"
         stderr.print(f"no --models or --config: calibrating a 2-layer random-weight Qwen2 ({config})", highlight=False)
     spec = resolve_model(model, config)
+    if device == "cpu":
+        ensure_tcmalloc(_may_restart())
     request = EngineCalibration(spec, config, dtype, device, limits, quick, workdir, base)
     started = time.perf_counter()
     with _progress("calibrating vLLM") as progress:
@@ -115,6 +126,9 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
     """Replay a trace (or a scenario's workload) through vLLM and mmsim; print and write the comparison."""
     require_vllm()
     trace, spec, settings = read_workload(source, model, config, seed)
+    load_profile(profile)  # a bad profile is refused before the engine takes minutes to start
+    if device == "cpu":
+        ensure_tcmalloc(_may_restart())
     dtype = dtype or settings["dtype"] or "fp16"
     config = settings["config"]
     engine_section = settings["engine"]
@@ -144,6 +158,9 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
 
         console.print(table(f"mmsim vs {result['engine']}: {spec.name} ({dtype}), {len(trace)} requests per level",
                             ["load", "metric", "real", "simulated", "error", "at replay speed"], summary_rows(result)))
+        if result["profile_allocator"] not in (None, result["allocator"]):
+            stderr.print(f"warning: the profile was calibrated on {result['profile_allocator']}'s allocator and the "
+                         f"replay ran on {result['allocator']}'s: their steps differ by the allocator too", highlight=False)
         console.print(f"largest |error|: {result['max_abs_error_pct']:.1f}%; before the replay the engine ran "
                       f"{result['engine_drift_pct']:+.1f}% against the profile's prices of the same steps "
                       "(machine noise since calibration)", highlight=False)

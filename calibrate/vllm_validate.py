@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.allocator import allocator
 from calibrate.vllm_engine import EngineLimits, StepRecord, VllmEngine, engine_version
 from calibrate.vllm_probes import Prober, plan_for
 from calibrate.vllm_calibrate import predicted_step_s, step_sample
@@ -154,8 +155,10 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
                                        "real_ttft_s": (real["first_token_s"] - real["arrival_s"]).round(6).tolist(),
                                        "simulated_ttft_s": (simulated["first_token_s"] - simulated["arrival_s"]).round(6).tolist()}})
     worst = max((abs(v) for level in levels for v in level["errors_pct"].values() if v is not None), default=0.0)
+    calibrated_with = profile_data.get("validation", {}).get(f"vllm_fit:{spec.name}", {}).get("allocator")
     return {"engine": engine_version(), "model": spec.name, "dtype": dtype, "profile": str(profile),
-            "limits": limits.__dict__, "engine_drift_pct": drift, "levels": levels, "max_abs_error_pct": worst}
+            "allocator": allocator(), "profile_allocator": calibrated_with, "limits": limits.__dict__,
+            "engine_drift_pct": drift, "levels": levels, "max_abs_error_pct": worst}
 
 
 def replay_step_diagnostics(steps: list[StepRecord], costs: ModelCosts) -> dict:

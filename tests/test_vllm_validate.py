@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from calibrate.allocator import find_tcmalloc
 from calibrate.vllm_engine import TINY_QWEN2
 from calibrate.vllm_probes import QUICK
 from calibrate.vllm_speed import scaled_step_costs
@@ -134,6 +135,9 @@ def test_a_small_real_validation_is_within_bounds(tmp_path):
     entry = data["models"]["tiny-qwen2"]
     assert entry["gpu"]["source"] == "measured" and "vllm" in entry["gpu"]["note"] and entry["gpu"]["decode_grid"]
     assert entry["step_overhead"]["source"] == "measured" and data["validation"]["vllm_fit:tiny-qwen2"]["raw_steps"]
+    # The command started itself again with tcmalloc preloaded, where the machine has it (calibrate.allocator).
+    expected_allocator = "glibc" if find_tcmalloc() is None else "tcmalloc"
+    assert data["validation"]["vllm_fit:tiny-qwen2"]["allocator"] == expected_allocator, calibrated.stderr[-2000:]
     fit = data["validation"]["vllm_fit:tiny-qwen2"]["whole_step_errors"]
     assert abs(fit["decode"]["mean_pct"]) < 15 and abs(fit["prefill"]["mean_pct"]) < 15
     # The engine's own scheduler output says what each step held: every sweep measured every batch size
@@ -157,6 +161,7 @@ def test_a_small_real_validation_is_within_bounds(tmp_path):
     assert validated.returncode == 0, validated.stderr[-2000:]
     result = json.loads((out / "validation.json").read_text())
     assert "<svg" in (out / "validation.html").read_text()
+    assert result["allocator"] == result["profile_allocator"] == expected_allocator
     level = result["levels"][0]
     assert level["requests"] == requests and len(level["per_request"]["real_e2e_s"]) == requests
     errors = level["errors_pct"]

@@ -46,10 +46,17 @@ def error_line(error: Exception | str) -> str:
     return message if len(message) <= MAX_MESSAGE_CHARS else f"{message[:MAX_MESSAGE_CHARS]}... (cut)"
 
 
+own_command_line = False
+"""Whether :func:`main` runs this process's own command line (not an ``argv`` handed in, as tests do): only then
+may a command start the process again (``calibrate.allocator``)."""
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors, and writes failing for want of space or permission, print one line and exit 2."""
     from sim.files import disk_error
 
+    global own_command_line
+    own_command_line = argv is None
     try:
         code = app(args=argv, standalone_mode=False)
     except typer.Abort:
