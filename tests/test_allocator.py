@@ -18,8 +18,11 @@ class Restarted(Exception):
 
 @pytest.fixture
 def no_preload(monkeypatch):
-    monkeypatch.delenv("LD_PRELOAD", raising=False)
-    monkeypatch.delenv(alloc.RESTARTED, raising=False)
+    """Neither variable set, and both put back as they were afterwards: ``ensure_tcmalloc`` sets them itself, and
+    one left behind would keep every later command of the session from restarting."""
+    for name in ("LD_PRELOAD", alloc.RESTARTED):
+        monkeypatch.setenv(name, "")  # recorded, so that the teardown restores the variable even if absent now
+        monkeypatch.delenv(name)
 
 
 def test_a_preloaded_tcmalloc_is_seen_among_other_libraries(monkeypatch):
