@@ -1,6 +1,6 @@
 """mmsim vs a real vLLM engine at light / mid / heavy load: calibrate, replay, simulate, print the errors.
 
-    python benchmarks/vllm_validate.py [--requests 60] [--full] [--out reports/vllm-validation] [--profile P]
+    python benchmarks/vllm_validate.py [--requests 60] [--full] [--out reports/vllm-validation] [--profile P] [--repeats N]
 
 Steps (each a real command, as a user would run it):
 1. a small random-weight Qwen2 model (2 layers, fp32: this AVX2 CPU has no fast bf16) as a config.json;
@@ -62,6 +62,7 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="skip calibration: use this profile")
     parser.add_argument("--out", type=Path, default=Path("reports/vllm-validation"))
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="replays of each level (their spread is printed)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     config = args.out / MODEL / "config.json"
@@ -81,7 +82,7 @@ def main() -> int:
     loads = ",".join(f"{capacity * level:.4g}" for level in LEVELS.values())
     print(f"capacity predicted by mmsim: {capacity:.2f} requests/s; loads (requests/s): {loads}")
     command = ["mmsim", "validate", "vllm", str(trace), "--profile", str(profile), "--config", str(config), "--model", MODEL,
-               "--dtype", "fp32", "--loads", loads, "--out", str(args.out)]
+               "--dtype", "fp32", "--loads", loads, "--out", str(args.out), "--repeats", str(args.repeats)]
     started_validation = time.perf_counter()
     loads_seen.append(os.getloadavg()[0])
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -111,6 +112,10 @@ def main() -> int:
               f"off the CPU {level['steps_off_cpu_pct']:.1f}% of their time; the replay ran decode work "
               f"x{level['replay_speed']['decode']:.3f} and prefill work x{level['replay_speed']['prefill']:.3f} "
               "the profile's prices (the \"at replay speed\" column's simulator)")
+        if level["replays"] > 1:
+            spread = level["replay_spread_pct"]
+            print(f"{name}: its {level['replays']} replays came apart by " + ", ".join(
+                f"{metric} {spread[metric]:.1f}%" for metric in TARGETS_PCT) + " (largest - smallest, of their mean)")
     print(f"1-minute load average before calibration / before validation / after: "
           f"{' / '.join(f'{load:.2f}' for load in loads_seen)}")
     print(f"validation: {validated:.0f} s; {failures} target(s) missed ({matched_failures} with the simulator at the "

@@ -122,7 +122,7 @@ def read_workload(source: Path, model: str | None, config: Path | None, seed: in
 
 def validate_vllm_command(source: Path, profile: Path, loads: list[float], model: str | None, config: Path | None,
                           dtype: str | None, device: str, limits: EngineLimits, out: Path | None, max_error: float | None,
-                          as_json: bool, seed: int) -> dict:
+                          as_json: bool, seed: int, repeats: int = 1) -> dict:
     """Replay a trace (or a scenario's workload) through vLLM and mmsim; print and write the comparison."""
     require_vllm()
     trace, spec, settings = read_workload(source, model, config, seed)
@@ -140,12 +140,12 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
     with tempfile.TemporaryDirectory(prefix="mmsim-vllm-") as scratch:
         folder = model_folder(spec, config, dtype, Path(scratch))
         with _progress("validating against vLLM") as progress:
-            task = progress.add_task("starting the engine", total=len(trace) * len(loads) + 1)
+            task = progress.add_task("starting the engine", total=len(trace) * len(loads) * repeats + 1)
             engine = VllmEngine(folder, dtype, limits, device)
             progress.update(task, advance=1, description="engine started")
             try:
                 result = validate_levels(engine, trace, loads, spec, config, dtype, profile, limits,
-                                         lambda what: progress.update(task, advance=1, description=what))
+                                         lambda what: progress.update(task, advance=1, description=what), repeats)
             finally:
                 engine.close()
     if out is not None:
@@ -172,6 +172,11 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
                           "with the engine off the CPU (other processes); \"at replay speed\": the simulator with its "
                           f"decode work priced x{level['replay_speed']['decode']:.3f} and its prefill work "
                           f"x{level['replay_speed']['prefill']:.3f}, as the replay ran them", highlight=False)
+            if level["replays"] > 1:
+                spread = level["replay_spread_pct"]
+                console.print(f"load {level['load']:g}: its {level['replays']} replays came apart by "
+                              + ", ".join(f"{name} {error_text(spread[name]).lstrip('+')}" for name in spread)
+                              + " (largest - smallest, of their mean: the engine's own spread)", highlight=False)
     if max_error is not None and result["max_abs_error_pct"] > max_error:
         console.print(f"[red]an error exceeds --max-error {max_error:g}%[/]")
         raise SystemExit(1)

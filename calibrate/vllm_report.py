@@ -57,9 +57,12 @@ def section(result: dict) -> str:
     for level in result["levels"]:
         matched = level.get("errors_at_replay_speed_pct") or {}
         kinds = level.get("steps_vs_profile_by_kind_pct") or {}
+        spread = level.get("replay_spread_pct") if level.get("replays", 1) > 1 else None
         rows = "".join(f"<tr><td>{name}</td><td>{level['real'][name]:.4g}</td><td>{level['simulated'][name]:.4g}</td>"
-                       f"<td>{error_text(level['errors_pct'][name])}</td><td>{error_text(matched.get(name))}</td></tr>"
+                       f"<td>{error_text(level['errors_pct'][name])}</td><td>{error_text(matched.get(name))}</td>"
+                       + (f"<td>{error_text(spread[name]).lstrip('+')}</td>" if spread else "") + "</tr>"
                        for name in METRICS)
+        spread_header = f"<th>{level['replays']} replays apart</th>" if spread else ""
         parts.append(f"<h3>load {level['load']:g} ({level['requests']} requests)</h3>"
                      f"<p>The replay's steps took {level['steps_vs_profile_pct']:+.1f}% against the profile's prices of "
                      f"them (decode-only {error_text(kinds.get('decode'))}, with prefills "
@@ -67,7 +70,7 @@ def section(result: dict) -> str:
                      f"their time. The last column is the error with the simulator's decode work priced "
                      f"x{level['replay_speed']['decode']:.3f} and its prefill work x{level['replay_speed']['prefill']:.3f}, "
                      "as the replay ran them (the machine's drift since calibration taken out).</p><table><tr><th>metric</th>"
-                     f"<th>real</th><th>simulated</th><th>error</th><th>at replay speed</th></tr>{rows}</table>"
+                     f"<th>real</th><th>simulated</th><th>error</th><th>at replay speed</th>{spread_header}</tr>{rows}</table>"
                      f"{_figure_svg(level)}")
     parts.append("</section>")
     return "".join(parts)

@@ -5,7 +5,8 @@ A request is added to the engine once its arrival time has passed (the engine se
 boundary, as a served engine does); its first token and its finish are the ends of the steps that produced
 them, and every latency is measured from its arrival in the trace. Load levels scale the arrival rate
 (a level of 2 halves every arrival time). The simulation is mmsim's ``static`` policy (vLLM's FCFS) on one
-device with the profile given, the engine section's limits and KV room to spare.
+device with the profile given, the engine section's limits and KV room to spare. A level replayed several times
+is compared by the mean of its replays, and how far the replays came apart is kept beside the errors.
 """
 
 from __future__ import annotations
@@ -128,9 +129,23 @@ def errors_pct(simulated: dict, real: dict) -> dict:
     return {name: round(100 * (simulated[name] - real[name]) / real[name], 2) if real[name] else None for name in METRICS}
 
 
+def mean_of_replays(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, dict, dict]:
+    """The replays of one level together: each request's times averaged over them, each metric's mean over them,
+    and how far apart the replays came, per metric: (largest - smallest) / mean, in % (None for one replay). The
+    spread is the engine disagreeing with itself on the same trace: no simulator's error can be read finer."""
+    by_replay = [metrics(frame) for frame in frames]
+    together = frames[0].copy()
+    for column in ("first_token_s", "finish_s"):
+        together[column] = np.mean([frame[column].to_numpy() for frame in frames], axis=0)
+    real = {"requests": by_replay[0]["requests"], **{name: float(np.mean([m[name] for m in by_replay])) for name in METRICS}}
+    spread = {name: round(100 * (max(m[name] for m in by_replay) - min(m[name] for m in by_replay)) / real[name], 2)
+              if len(frames) > 1 and real[name] else None for name in METRICS}
+    return together, real, spread
+
+
 def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: ModelSpec, config: Path | None,
-                    dtype: str, profile: Path, limits: EngineLimits, tick: Tick) -> dict:
-    """Replay and simulate ``trace`` at each load level; the comparison as a JSON-ready dict."""
+                    dtype: str, profile: Path, limits: EngineLimits, tick: Tick, repeats: int = 1) -> dict:
+    """Replay (``repeats`` times) and simulate ``trace`` at each load level; the comparison as a JSON-ready dict."""
     levels = []
     prober = Prober(engine)
     prober.warm_up(plan_for(True, limits))
@@ -140,12 +155,15 @@ def validate_levels(engine: VllmEngine, trace: Trace, loads: list[float], spec: 
     for load in loads:
         scaled = trace.at_load(load)
         steps: list[StepRecord] = []
-        real = replay(engine, scaled, lambda rid: tick(f"load {load:g}: {rid} finished"), steps)
+        replays = [replay(engine, scaled, lambda rid: tick(f"load {load:g}: {rid} finished"), steps)
+                   for _ in range(repeats)]
+        real, real_m, spread = mean_of_replays(replays)
         simulated = simulate_trace(scaled, spec, config, dtype, profile, limits, engine.device)
-        real_m, sim_m = metrics(real), metrics(simulated)
+        sim_m = metrics(simulated)
         speed = replay_speed(steps, profile_data, spec, dtype) if spec.name in profile_data["models"] else (1.0, 1.0)
         matched = simulate_at_speed(scaled, spec, config, dtype, profile, limits, engine.device, speed)
-        levels.append({"load": load, "requests": len(scaled), "real": real_m, "simulated": sim_m,
+        levels.append({"load": load, "requests": len(scaled), "replays": repeats, "replay_spread_pct": spread,
+                       "real": real_m, "simulated": sim_m,
                        "errors_pct": errors_pct(sim_m, real_m), **replay_step_diagnostics(steps, costs),
                        "replay_speed": {"decode": round(speed[0], 4), "prefill": round(speed[1], 4)},
                        "simulated_at_replay_speed": matched,

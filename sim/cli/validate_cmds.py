@@ -45,6 +45,8 @@ def vllm(
     max_error: float = typer.Option(None, "--max-error", min=0, help="exit 1 when any |error| exceeds PCT percent"),
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     seed: int = typer.Option(0, "--seed", min=0, help="seed of a scenario's generated workload"),
+    repeats: int = typer.Option(1, "--repeats", min=1, max=10, help="replays of each level: errors against their "
+                                "mean, and how far apart they came (the engine's own spread)"),
 ) -> None:
     """Replay SOURCE at real arrival times through vLLM, simulate it with mmsim, print the errors per load."""
     from calibrate.vllm_engine import EngineLimits, check_device, require_vllm
@@ -61,4 +63,5 @@ def vllm(
 
     limits = EngineLimits(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
                           kv_cache_gib=kv_cache_gib, threads=threads)
-    validate_vllm_command(source, profile, levels, model, config, dtype, device, limits, out, max_error, as_json, seed)
+    validate_vllm_command(source, profile, levels, model, config, dtype, device, limits, out, max_error, as_json, seed,
+                          repeats)
