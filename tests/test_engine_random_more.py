@@ -241,8 +241,12 @@ def swaps_whatever_it_costs(scenario) -> bool:
 
 def pinned_together(scenario) -> bool:
     """Whether two deployments pin a GPU in common: static loads them there whatever KV room they leave each other
-    (each one's max_model_len is what fits beside it alone), so a request may wait there for good."""
-    pins = [index for m in scenario.models for index in set(m.gpus or [])]
+    (each one's max_model_len is what fits beside it alone), so a request may wait there for good. A pin of a
+    deployment spanning S GPUs stands for the aligned group of S holding it (``gpus: [1]`` at PP4 is GPUs 0-3)."""
+    pins = []
+    for m in scenario.models:
+        size = m.tensor_parallel * m.pipeline_parallel
+        pins.extend({gpu for index in m.gpus or [] for gpu in range(index - index % size, index - index % size + size)})
     return len(pins) > len(set(pins))
 
 
@@ -358,3 +362,23 @@ def test_static_loads_one_tensor_parallel_instance_for_two_pinned_gpus_of_its_gr
     rows = [(0.0, "qwen3-8b", 4909, 2, ()), (0.0, "qwen3-8b", 369, 526, ()), (0.0, "qwen3-8b", 600, 1, ())]
     fast = check_case(scenario, rows)
     assert fast.summary["loads"] == 1 and (fast.requests["status"] == "completed").all()
+
+
+def test_pins_at_two_indices_of_one_aligned_group_count_as_pinned_together():
+    """Found by a 6,000-example hunt: ``gpus: [0]`` and ``gpus: [1]`` at pipeline_parallel 4 both stand for GPUs
+    0-3, so static loads both deployments there and a 6,069-token prompt of one finds too little KV room beside
+    the other (dropped as not_scheduled, with its reason). The hunt's classifier compared the pinned indices alone
+    and took the documented limit for a defect."""
+    models = [{"name": "qwen2.5-7b", "dtype": "fp16", "pipeline_parallel": 2},
+              {"name": "qwen3-8b", "dtype": "fp16", "gpus": [0], "pipeline_parallel": 4},
+              {"name": "mistral-7b", "dtype": "fp16", "gpus": [1], "pipeline_parallel": 4}]
+    engine = {"max_num_seqs": 1, "max_num_batched_tokens": 256, "block_size": 8, "chunked_prefill": False,
+              "gpu_memory_utilization": 0.5, "preemption_mode": "recompute", "prefix_caching": False}
+    cluster = {"nodes": 1, "gpus_per_node": 4, "host_memory_gb": 0.05, "gpu_memory_gb": 15.288130760192871}
+    scenario = small_scenario(models, engine, profile="paper-rtx5000", cluster=cluster, policy={"name": "static"})
+    assert pinned_together(scenario)
+    apart = small_scenario([dict(models[1], pipeline_parallel=1), dict(models[2], pipeline_parallel=1)], engine,
+                           profile="paper-rtx5000", cluster=cluster, policy={"name": "static"})
+    assert not pinned_together(apart)
+    fast = check_case(scenario, [(0.0, "qwen2.5-7b", 1, 1, ())] * 15 + [(0.0, "qwen3-8b", 6069, 3, ())])
+    assert fast.requests["drop_reason"].astype(str).tolist() == ["not_placed"] * 15 + ["not_scheduled"]

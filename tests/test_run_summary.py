@@ -69,8 +69,9 @@ def test_a_model_that_never_ran_is_named():
     data = summary(per_model={"llama-2-7b": {"requests": 64, "completed": 0, "drop_reasons": {"not_scheduled": 64}}},
                    slo_attainment=0.9)
     found = warnings(data, drops_by_model(data))
-    assert found == ["llama-2-7b: no request ever ran under policy static (64 waited to the end): no GPU was free for "
-                     "it (a swapping policy such as swap-aware serves every model)"]
+    assert found == ["llama-2-7b: no request ever ran under policy static (64 waited to the end): its instance never "
+                     "had the KV room or the GPU time to start one, e.g. beside another deployment on its GPUs (a "
+                     "swapping policy such as swap-aware serves every model)"]
 
 
 def test_a_model_the_policy_never_placed_is_named():

@@ -160,8 +160,11 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
                          "gpu_memory_utilization, or use GPUs with more memory or a smaller dtype)")
         waited = reasons.get("not_scheduled", 0)
         if waited and not (per_model.get(model) or {}).get("completed"):
+            # not_scheduled: the model held an instance, so "no GPU" would be wrong; what it lacked was KV room
+            # (often a deployment pinned to the same GPUs) or turns on the GPU.
             found.append(f"{model}: no request ever ran under policy {summary.get('policy')} ({waited:,} waited to "
-                         "the end): no GPU was free for it (a swapping policy such as swap-aware serves every model)")
+                         "the end): its instance never had the KV room or the GPU time to start one, e.g. beside "
+                         "another deployment on its GPUs (a swapping policy such as swap-aware serves every model)")
         unplaced = reasons.get("model_not_served", 0) + reasons.get("not_placed", 0)
         if unplaced:
             found.append(f"{model}: policy {summary.get('policy')} gave it no GPU; {unplaced:,} requests dropped "
