@@ -382,3 +382,30 @@ def test_pins_at_two_indices_of_one_aligned_group_count_as_pinned_together():
     assert not pinned_together(apart)
     fast = check_case(scenario, [(0.0, "qwen2.5-7b", 1, 1, ())] * 15 + [(0.0, "qwen3-8b", 6069, 3, ())])
     assert fast.requests["drop_reason"].astype(str).tolist() == ["not_placed"] * 15 + ["not_scheduled"]
+
+
+def test_a_preemption_wakes_an_instance_passed_over_earlier_in_the_same_planning_round():
+    """Found by a 4,000-example hunt (pressure): two copies of qwen2.5-3b share one GPU. The pinned copy's
+    1,175-token prompt filled the KV room; the other copy, asked first at the next step boundary, found no block
+    for its waiting request and was passed over as blocked; then the pinned copy's plan preempted its own request
+    (recompute) for want of a block, freeing 147 of them. Nobody asked the other copy again: the GPU idled, both
+    requests waited to the end of the run and were dropped as not_scheduled under a swapping policy. Now the
+    preemption's freed blocks wake it: it runs its request at once, the policy then unloads it, and the pinned
+    copy's prompt is served."""
+    models = [{"name": "qwen2.5-3b", "dtype": "fp16", "kv_dtype": "fp8", "replicas": 1},
+              {"name": "qwen2.5-3b", "alias": "qwen2.5-3b-1", "dtype": "fp16", "kv_dtype": "fp8", "gpus": [0]}]
+    engine = {"max_num_seqs": 1, "max_num_batched_tokens": 256, "block_size": 8, "chunked_prefill": False,
+              "gpu_memory_utilization": 0.9, "preemption_mode": "recompute", "prefix_caching": False}
+    scenario = small_scenario(models, engine, profile="paper-rtx5000",
+                              cluster={"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 0.05,
+                                       "gpu_memory_gb": 13.286559846666124},
+                              policy={"name": "offload-aware", "params": {
+                                  "aging_tokens_per_s": 0.001, "kv_reserve_tokens": 0, "keep_weights_on_host": False,
+                                  "max_slowdown": 1.0}})
+    rows = ([(0.0, "qwen2.5-3b", 1, 1, ())] * 12 + [(0.0, "qwen2.5-3b", 1, 114, ())] * 2
+            + [(0.0, "qwen2.5-3b-1", 1175, 2, ())])
+    fast = check_case(scenario, rows)
+    frame = fast.requests.set_index("id").sort_index()
+    assert (frame["status"] == "completed").all()
+    preempted_at = float(fast.events.loc[fast.events["kind"] == "preempt_recompute", "time_s"].iloc[0])
+    assert frame.loc[13, "first_scheduled_s"] == pytest.approx(preempted_at, abs=1e-12)  # at once, not at the end

@@ -319,6 +319,9 @@ class Engine:
         # A half-done prefill has no complete KV worth moving: it is recomputed.
         decoding = request.state == "running"
         instance.release(request)
+        # The blocks freed may be what a co-resident instance, passed over as blocked earlier in the same round of
+        # planning, was waiting for: it must be asked again, or the GPU may idle with work it could run.
+        instance.gpu.blocked.clear()
         request.preemptions += 1
         request.preempted_at_s = now
         node = self.nodes[instance.gpu.node]
