@@ -46,7 +46,7 @@ def ensure_tcmalloc(may_restart: bool) -> str:
     warn = Console(stderr=True).print
     if library is None:
         warn(f"warning: tcmalloc is not installed, so vLLM's CPU engine runs on glibc's malloc and its steps vary "
-             f"by up to 60% with page faults; install it: {INSTALL_HINT}", highlight=False)
+             f"by up to 65% with page faults; install it: {INSTALL_HINT}", highlight=False)
         return "glibc"
     if not may_restart or os.environ.get(RESTARTED):
         warn(f"warning: vLLM's CPU engine runs on glibc's malloc here (its steps vary by up to 65% with page faults); "

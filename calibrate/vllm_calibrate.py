@@ -63,7 +63,8 @@ def run_engine_calibration(request: EngineCalibration, tick: Tick) -> dict:
     costs = ModelCosts(parse_profile(profile, "engine calibration"), request.spec, request.dtype)
     errors = whole_step_errors(samples, lambda s: predicted_step_s(costs, s))
     profile["validation"][f"vllm_fit:{request.spec.name}"] = {
-        "engine": engine_version(), "device": request.device, "allocator": allocator(), "residuals": fit["residuals"], "whole_step_errors": errors,
+        "engine": engine_version(), "device": request.device, "allocator": allocator(), "residuals": fit["residuals"],
+        "whole_step_errors": errors,
         "limits": request.limits.__dict__, "raw_steps": [step.as_sample() | {"probe": label} for label, step in prober.steps],
     }
     tick("fit")

@@ -54,15 +54,18 @@ def calibrate_engine_command(model: str | None, config: Path | None, dtype: str,
     from calibrate.build import write_profile
 
     require_vllm()
-    if model is None and config is None and device == "cpu":
+    default_model = model is None and config is None and device == "cpu"
+    if not default_model:
+        resolve_model(model, config)  # a bad model or config.json is refused before the command starts again
+    if device == "cpu":
+        ensure_tcmalloc(_may_restart())
+    if default_model:
         config = Path(out).parent / "tiny-qwen2" / "config.json"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(TINY_QWEN2, indent=1))
         model = "tiny-qwen2"
         stderr.print(f"no --models or --config: calibrating a 2-layer random-weight Qwen2 ({config})", highlight=False)
     spec = resolve_model(model, config)
-    if device == "cpu":
-        ensure_tcmalloc(_may_restart())
     request = EngineCalibration(spec, config, dtype, device, limits, quick, workdir, base)
     started = time.perf_counter()
     with _progress("calibrating vLLM") as progress:
@@ -160,7 +163,8 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
                             ["load", "metric", "real", "simulated", "error", "at replay speed"], summary_rows(result)))
         if result["profile_allocator"] not in (None, result["allocator"]):
             stderr.print(f"warning: the profile was calibrated on {result['profile_allocator']}'s allocator and the "
-                         f"replay ran on {result['allocator']}'s: their steps differ by the allocator too", highlight=False)
+                         f"replay ran on {result['allocator']}'s: their steps differ by the allocator too",
+                         highlight=False)
         console.print(f"largest |error|: {result['max_abs_error_pct']:.1f}%; before the replay the engine ran "
                       f"{result['engine_drift_pct']:+.1f}% against the profile's prices of the same steps "
                       "(machine noise since calibration)", highlight=False)

@@ -70,7 +70,8 @@ def section(result: dict) -> str:
                      f"their time. The last column is the error with the simulator's decode work priced "
                      f"x{level['replay_speed']['decode']:.3f} and its prefill work x{level['replay_speed']['prefill']:.3f}, "
                      "as the replay ran them (the machine's drift since calibration taken out).</p><table><tr><th>metric</th>"
-                     f"<th>real</th><th>simulated</th><th>error</th><th>at replay speed</th>{spread_header}</tr>{rows}</table>"
+                     f"<th>real</th><th>simulated</th><th>error</th><th>at replay speed</th>{spread_header}</tr>"
+                     f"{rows}</table>"
                      f"{_figure_svg(level)}")
     parts.append("</section>")
     return "".join(parts)

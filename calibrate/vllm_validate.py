@@ -137,7 +137,8 @@ def mean_of_replays(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, dict, dic
     together = frames[0].copy()
     for column in ("first_token_s", "finish_s"):
         together[column] = np.mean([frame[column].to_numpy() for frame in frames], axis=0)
-    real = {"requests": by_replay[0]["requests"], **{name: float(np.mean([m[name] for m in by_replay])) for name in METRICS}}
+    real = {"requests": by_replay[0]["requests"],
+            **{name: float(np.mean([m[name] for m in by_replay])) for name in METRICS}}
     spread = {name: round(100 * (max(m[name] for m in by_replay) - min(m[name] for m in by_replay)) / real[name], 2)
               if len(frames) > 1 and real[name] else None for name in METRICS}
     return together, real, spread
