@@ -10,7 +10,7 @@ Steps (each a real command, as a user would run it):
 4. ``mmsim validate vllm`` at 20% / 60% / 150% of that capacity.
 
 Targets (issue 20): mean and p90 E2E within +-10%, mean TTFT +-15%, throughput +-5% at each level.
-Needs the ``vllm`` extra; takes about 5 minutes on 2 cores.
+Needs the ``vllm`` extra; takes about 2.5 minutes on 2 cores (4 with ``--repeats 2``).
 """
 
 from __future__ import annotations
