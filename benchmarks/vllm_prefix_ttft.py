@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibrate.allocator import ensure_tcmalloc
 from calibrate.vllm_engine import TINY_QWEN2
 from calibrate.vllm_prefix_ttft import COMPARED, TtftCase, compare_ttft
 
@@ -77,6 +78,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("reports/vllm-prefix-ttft"))
     args = parser.parse_args()
+    ensure_tcmalloc(may_restart=True)  # the replay runs on the allocator the calibration runs on
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     args.out.mkdir(parents=True, exist_ok=True)
     base = TtftCase()

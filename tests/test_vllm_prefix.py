@@ -58,7 +58,9 @@ def test_ttft_with_prefix_caching_is_within_issue_20s_bound(tmp_path):
          "--max-num-seqs", str(limits.max_num_seqs), "--max-num-batched-tokens", str(limits.max_num_batched_tokens),
          "--out", str(profile)], capture_output=True, text=True, timeout=300)
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    # The replay runs on the allocator the calibration ran on (the script starts itself again with tcmalloc).
     script = ("import json, sys; from pathlib import Path; "
+              "from calibrate.allocator import ensure_tcmalloc; ensure_tcmalloc(True); "
               "from calibrate.vllm_prefix_ttft import TtftCase, compare_ttft; "
               "print(json.dumps(compare_ttft(TtftCase(), Path(sys.argv[1]), Path(sys.argv[2]))))")
     run = subprocess.run([sys.executable, "-c", script, str(profile), str(tmp_path)], capture_output=True, text=True,
