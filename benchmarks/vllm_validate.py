@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.vllm_engine import TINY_QWEN2
-from calibrate.vllm_validate import error_text
+from calibrate.vllm_validate import error_text, spread_text
 
 LEVELS = {"light": 0.2, "mid": 0.6, "heavy": 1.5}
 TARGETS_PCT = {"e2e_mean_s": 10, "e2e_p90_s": 10, "ttft_mean_s": 15, "throughput_tokens_per_s": 5}
@@ -115,7 +115,7 @@ def main() -> int:
         if level["replays"] > 1:
             spread = level["replay_spread_pct"]
             print(f"{name}: its {level['replays']} replays came apart by " + ", ".join(
-                f"{metric} {spread[metric]:.1f}%" for metric in TARGETS_PCT) + " (largest - smallest, of their mean)")
+                f"{metric} {spread_text(spread[metric])}" for metric in TARGETS_PCT) + " (largest - smallest, of their mean)")
     print(f"1-minute load average before calibration / before validation / after: "
           f"{' / '.join(f'{load:.2f}' for load in loads_seen)}")
     print(f"validation: {validated:.0f} s; {failures} target(s) missed ({matched_failures} with the simulator at the "

@@ -3,9 +3,9 @@
 With glibc's malloc, vLLM's CPU engine's steps fault their working memory in again, page by page, run after run
 (which layer hands it back to the system was not found; tcmalloc keeps it). On this project's 2-core VM one
 1,000-token prefill met 0 to 4,500 page faults (about 13 us each), so the same step ran in 117-195 ms from one run
-to the next, and a new process (a validation) ran its probes 8-34% slower than the calibration minutes before it. With tcmalloc preloaded the memory is kept: the same
-steps ran in 117-128 ms without a fault. ``LD_PRELOAD`` is read when a process starts, so a command that finds
-tcmalloc missing from it starts itself again with it.
+to the next, and a new process (a validation) ran its probes 8-34% slower than the calibration minutes before it.
+With tcmalloc preloaded the memory is kept: the same steps ran in 117-128 ms without a fault. ``LD_PRELOAD`` is read
+when a process starts, so a command that finds tcmalloc missing from it starts itself again with it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from calibrate.allocator import ensure_tcmalloc
 from calibrate.vllm_calibrate import EngineCalibration, probe_count, run_engine_calibration
 from calibrate.vllm_engine import TINY_QWEN2, EngineLimits, VllmEngine, model_folder, require_vllm
 from calibrate.vllm_report import write_html
-from calibrate.vllm_validate import Trace, error_text, summary_rows, validate_levels
+from calibrate.vllm_validate import Trace, error_text, spread_text, summary_rows, validate_levels
 from sim.catalogue import ModelSpec, get_model, model_from_hf_config, register_model
 from sim.errors import MmsimError
 from sim.profile import load_profile
@@ -55,17 +55,16 @@ def calibrate_engine_command(model: str | None, config: Path | None, dtype: str,
 
     require_vllm()
     default_model = model is None and config is None and device == "cpu"
-    if not default_model:
-        resolve_model(model, config)  # a bad model or config.json is refused before the command starts again
+    # A bad model or config.json is refused before the command starts again.
+    spec = None if default_model else resolve_model(model, config)
     if device == "cpu":
         ensure_tcmalloc(_may_restart())
-    if default_model:
+    if spec is None:
         config = Path(out).parent / "tiny-qwen2" / "config.json"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(TINY_QWEN2, indent=1))
-        model = "tiny-qwen2"
         stderr.print(f"no --models or --config: calibrating a 2-layer random-weight Qwen2 ({config})", highlight=False)
-    spec = resolve_model(model, config)
+        spec = resolve_model("tiny-qwen2", config)
     request = EngineCalibration(spec, config, dtype, device, limits, quick, workdir, base)
     started = time.perf_counter()
     with _progress("calibrating vLLM") as progress:
@@ -179,7 +178,7 @@ def validate_vllm_command(source: Path, profile: Path, loads: list[float], model
             if level["replays"] > 1:
                 spread = level["replay_spread_pct"]
                 console.print(f"load {level['load']:g}: its {level['replays']} replays came apart by "
-                              + ", ".join(f"{name} {error_text(spread[name]).lstrip('+')}" for name in spread)
+                              + ", ".join(f"{name} {spread_text(spread[name])}" for name in spread)
                               + " (largest - smallest, of their mean: the engine's own spread)", highlight=False)
     if max_error is not None and result["max_abs_error_pct"] > max_error:
         console.print(f"[red]an error exceeds --max-error {max_error:g}%[/]")

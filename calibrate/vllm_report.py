@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 
-from calibrate.vllm_validate import METRICS, error_text
+from calibrate.vllm_validate import METRICS, error_text, spread_text
 
 
 def _figure_svg(level: dict) -> str:
@@ -60,7 +60,7 @@ def section(result: dict) -> str:
         spread = level.get("replay_spread_pct") if level.get("replays", 1) > 1 else None
         rows = "".join(f"<tr><td>{name}</td><td>{level['real'][name]:.4g}</td><td>{level['simulated'][name]:.4g}</td>"
                        f"<td>{error_text(level['errors_pct'][name])}</td><td>{error_text(matched.get(name))}</td>"
-                       + (f"<td>{error_text(spread[name]).lstrip('+')}</td>" if spread else "") + "</tr>"
+                       + (f"<td>{spread_text(spread[name])}</td>" if spread else "") + "</tr>"
                        for name in METRICS)
         spread_header = f"<th>{level['replays']} replays apart</th>" if spread else ""
         parts.append(f"<h3>load {level['load']:g} ({level['requests']} requests)</h3>"

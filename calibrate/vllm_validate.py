@@ -244,3 +244,8 @@ def summary_rows(result: dict) -> list[list[str]]:
 
 def error_text(error: float | None) -> str:
     return "n/a" if error is None else f"{error:+.1f}%"
+
+
+def spread_text(spread: float | None) -> str:
+    """A spread of replays (``replay_spread_pct``), never negative: no sign."""
+    return "n/a" if spread is None else f"{spread:.1f}%"

@@ -84,7 +84,6 @@ class TimedStandInEngine(StandInEngine):
     def __init__(self, limits: EngineLimits, step_s: float):
         super().__init__(limits)
         self.step_s = step_s
-        self._emitted: set[str] = set()
 
     def step(self) -> StepRecord:
         import time
