@@ -22,6 +22,7 @@ def parallel_load_s(reload_s: float, shard_nodes: Sequence[int], from_host: bool
     one-GPU reload: the nodes load at once, so the slowest node's share (while no other transfer holds
     their disks or links). One GPU's load is ``reload_s`` itself."""
     shards = len(shard_nodes)
-    return max(reload_s * node_load_share(list(shard_nodes).count(node), shards, from_host)
-               for node in set(shard_nodes))
+    if shards == 1:
+        return reload_s  # swap-aware prices one-GPU reloads at every plan: no set, no count
+    return max(reload_s * node_load_share(shard_nodes.count(node), shards, from_host) for node in set(shard_nodes))
 

@@ -61,7 +61,7 @@ class Probe(SwapAwarePolicy):
         new, (victim,) = view.model_index(NEW), view.instances_of(view.model_index(OLD))
         self.seen = {"load_s": load_s(view, new, victim.gpu), "reload_s": self.victim_reload_s(view, victim),
                      "cost_s": self.eviction_cost_s(view, victim), "gain_s": pending_gain_s(view, new),
-                     "held": len(held_requests(victim)), "pays": self.pays_for(view, new, [victim])}
+                     "held": len(held_requests(victim)), "pays": self.pays_for(view, new, [victim], self.eviction_cost_s(view, victim))}
 
 
 def probe(layout, cluster, params):

@@ -243,14 +243,16 @@ class SwapAwarePolicy(Policy):
         # Each held request is paused for the unload, the newcomer's minimum residency and the reload.
         return held * (victim.costs.unload_s(victim.gpu_share) + self.victim_reload_s(view, victim) + self.min_residency_s)
 
-    def victims_for(self, view: ClusterView, model: int) -> tuple[list[Instance] | None, float]:
+    def victims_for(self, view: ClusterView, model: int) -> tuple[list[Instance] | None, float, float]:
         """The instances to evict for ``model`` (see the module rule; usually one, several on one GPU when no single
-        one makes room), and the earliest time a busy one not yet eligible may become so."""
+        one makes room), what evicting them costs (their eviction costs added up), and the earliest time a busy one not yet
+        eligible may become so."""
         groups: list[tuple[int, float, int, float, int, list[Instance]]] = []
         wait_until = float("inf")
         reserve = self.kv_reserve_bytes(view, model)
         for gpu in view.gpus:
             eligible: list[tuple[Any, ...]] = []  # idle (0, ...) before busy (1, ...): see the module's victim rule
+            busy_cost_s: dict[int, float] = {}  # each busy candidate priced once, for its order and its group's cost
             for instance in gpu.instances:
                 if instance.status != "ready":
                     continue
@@ -264,22 +266,22 @@ class SwapAwarePolicy(Policy):
                 drain = drain_s(view, instance)
                 if drain < self.victim_reload_s(view, instance):
                     continue  # about to finish: its completion re-plans
-                eligible.append((1, self.eviction_cost_s(view, instance), -drain, instance.uid, instance))
+                busy_cost_s[instance.uid] = self.eviction_cost_s(view, instance)
+                eligible.append((1, busy_cost_s[instance.uid], -drain, instance.uid, instance))
             group = eviction_group(view, model, [entry[-1] for entry in sorted(eligible)], reserve)
             if group is not None:
-                busy = [i for i in group if i.has_work]
+                busy_costs = [busy_cost_s[i.uid] for i in group if i.has_work]
                 idle_lru = max(self.last_used_s.get(i.uid, 0.0) for i in group)
-                groups.append((len(busy), self.group_cost_s(view, busy), len(group), idle_lru, gpu.index, group))
+                groups.append((len(busy_costs), sum(busy_costs), len(group), idle_lru, gpu.index, group))
         if not groups:
-            return None, wait_until
-        return min(groups, key=lambda entry: entry[:5])[5], wait_until
+            return None, 0.0, wait_until
+        best = min(groups, key=lambda entry: entry[:5])
+        return best[5], best[1], wait_until
 
-    def group_cost_s(self, view: ClusterView, victims: list[Instance]) -> float:
-        return sum(self.eviction_cost_s(view, victim) for victim in victims)
-
-    def pays_for(self, view: ClusterView, model: int, victims: list[Instance]) -> bool:
-        """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties."""
-        cost_s = load_s(view, model, victims[0].gpu) * view.pending_count(model) + self.group_cost_s(view, victims)
+    def pays_for(self, view: ClusterView, model: int, victims: list[Instance], victims_cost_s: float) -> bool:
+        """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties
+        (``victims_cost_s``: their eviction costs added up)."""
+        cost_s = load_s(view, model, victims[0].gpu) * view.pending_count(model) + victims_cost_s
         return pending_gain_s(view, model) >= self.benefit_ratio * cost_s
 
     def plan(self, view: ClusterView) -> None:
@@ -290,12 +292,12 @@ class SwapAwarePolicy(Policy):
                 continue
             if unloading(view):
                 continue  # memory is about to change; the unload finishing re-plans
-            victims, wait_until = self.victims_for(view, model)
+            victims, victims_cost_s, wait_until = self.victims_for(view, model)
             if victims is None:
                 if wait_until < float("inf"):
                     self.rechecks.at(view, "plan", wait_until, self.plan)
                 continue
-            if not any(v.has_work for v in victims) or self.pays_for(view, model, victims):
+            if not any(v.has_work for v in victims) or self.pays_for(view, model, victims, victims_cost_s):
                 for victim in victims:
                     view.unload(victim, mode="swap", keep_on_host=self.keep_weights_on_host,
                                 keep_prefix_cache=self.keeps_prefix_cache)
