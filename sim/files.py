@@ -66,8 +66,8 @@ def read_text(path: Path, what: str = "file", max_bytes: int = MAX_CONFIG_BYTES)
                          source=str(path)) from None
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that names a key twice (YAML says keys are unique)."""
+class _UniqueKeys:
+    """A mixin for PyYAML's safe loaders, refusing a mapping that names a key twice (YAML says keys are unique)."""
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -82,13 +82,32 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 continue
             if duplicate:
                 raise MmsimError(f"key {cut(key)!r} given twice (line {key_node.start_mark.line + 1}); keep one")
-        return super().construct_mapping(node, deep)
+        return super().construct_mapping(node, deep)  # type: ignore[misc]
+
+
+class _UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+    """PyYAML's own (Python) safe loader: nesting too deep for it ends in a RecursionError."""
+
+
+class _FastUniqueKeyLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader on libyaml where PyYAML was built with it: ~8x faster (a few ms of every run), but its
+    composer recurses in C, so nesting in the tens of thousands overflows the stack instead of raising."""
+
+
+LIBYAML_MAX_MARKS = 2_000
+"""Texts with at most this many of the characters that can open a nesting level (``[{-:?``) go to libyaml: they
+cannot nest deeper than that, far within its stack. Longer ones take the Python loader, as deep as MAX_DEPTH."""
+
+
+def _loader_for(text: str) -> type:
+    marks = sum(text.count(mark) for mark in "[{-:?")
+    return _FastUniqueKeyLoader if marks <= LIBYAML_MAX_MARKS else _UniqueKeyLoader
 
 
 def parse_yaml(text: str, source: str) -> object:
     """Parse YAML text with the checks of this module; errors name ``source`` and the line."""
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=_loader_for(text))  # noqa: S506 - a SafeLoader subclass
     except MmsimError as error:
         raise MmsimError(str(error), source=source) from None
     except RecursionError:

@@ -135,8 +135,13 @@ def test_profile_not_utf8(tmp_path):
     refused(["run", scenario, "--out", tmp_path / "o"], str(profile), "not UTF-8", out=tmp_path / "o")
 
 
-def test_deep_yaml(tmp_path):
-    path = write(tmp_path / "s.yaml", "[" * 1000 + "]" * 1000)
+@pytest.mark.parametrize("text", ["[" * 1000 + "]" * 1000, "[" * 100_000 + "]" * 100_000,
+                                  "a: " + "{b: " * 50_000 + "1" + "}" * 50_000, "- " * 50_000 + "1"],
+                         ids=["flow-1k", "flow-100k", "mappings-50k", "block-50k"])
+def test_deep_yaml(tmp_path, text):
+    # Tens of thousands of levels overflow libyaml's C stack (a crash, not an error): such texts must take the
+    # Python parser, which refuses them.
+    path = write(tmp_path / "s.yaml", text)
     refused(["run", path, "--out", tmp_path / "o"], "nested too deeply", out=tmp_path / "o")
 
 

@@ -42,7 +42,7 @@ class TimeSharedRun:
     iteration is the one running. ``instances``: the GPU's active instances, members or stuck."""
 
     __slots__ = ("instances", "members", "coefficients", "batches", "contexts", "order", "turns", "period_start",
-                 "counts", "iterations", "start_s")
+                 "counts", "iterations", "start_s", "_asked_s", "_done_by_asked")
 
     def __init__(self, instances: list[Instance], members: list[Instance], order: list[int], turns: list[int],
                  period_start: int, start_s: float):
@@ -58,6 +58,10 @@ class TimeSharedRun:
         self._count()
         self.iterations = 0
         self.start_s = start_s
+        # done_by's last question and answer: policies sync a GPU many times at one instant (e.g. swap-aware
+        # pricing each victim), and each answer is a search over elapsed_s.
+        self._asked_s = math.nan
+        self._done_by_asked = 0
 
     def _count(self) -> None:
         """Count each member's iterations in every prefix of the listed order (``counts``)."""
@@ -128,6 +132,13 @@ class TimeSharedRun:
         """Iterations finished ``seconds`` after the start, short of the last one (which ends as a step of its
         own): the largest m below ``iterations`` with ``elapsed_s(m) <= seconds``, which never decreases with m.
         Found by galloping from an estimate, then bisecting."""
+        if seconds == self._asked_s:
+            return self._done_by_asked
+        self._done_by_asked = self._search_done_by(seconds)
+        self._asked_s = seconds
+        return self._done_by_asked
+
+    def _search_done_by(self, seconds: float) -> int:
         last = self.iterations - 1
         guess = min(max(self._guess_iterations(seconds), 0), last)
         step = 1
@@ -201,6 +212,7 @@ class TimeSharedRun:
         self.contexts = [m.context_tokens for m in self.members]
         self.iterations -= done
         self.start_s = ended
+        self._asked_s = math.nan
 
     def _rebase(self, done: int) -> None:
         """Make iteration ``done`` the first of the listed order."""
