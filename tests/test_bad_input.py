@@ -135,6 +135,15 @@ def test_profile_not_utf8(tmp_path):
     refused(["run", scenario, "--out", tmp_path / "o"], str(profile), "not UTF-8", out=tmp_path / "o")
 
 
+def test_conversation_prompt_beyond_prefix_ids(tmp_path):
+    # A 2M-token system prompt in one-token blocks: more blocks than a prompt's prefix ids can number.
+    data = tiny_scenario()
+    data["workload"]["generator"]["conversations"] = {"system_prompt_tokens": 2_000_000}
+    data["workload"]["prefix_block_tokens"] = 1
+    scenario = write_yaml(tmp_path / "s.yaml", data)
+    refused(["run", scenario, "--out", tmp_path / "o"], str(scenario), "workload.prefix_block_tokens", out=tmp_path / "o")
+
+
 @pytest.mark.parametrize("text", ["[" * 1000 + "]" * 1000, "[" * 100_000 + "]" * 100_000,
                                   "a: " + "{b: " * 50_000 + "1" + "}" * 50_000, "- " * 50_000 + "1"],
                          ids=["flow-1k", "flow-100k", "mappings-50k", "block-50k"])

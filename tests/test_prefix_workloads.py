@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from sim.errors import MmsimError
 from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
 from sim.workload.conversations import CONVERSATION_BIT, prompt_ids
@@ -37,6 +39,17 @@ def test_prompt_ids_split_system_prompt_from_conversation():
     assert all(i & CONVERSATION_BIT == 0 for i in ids[:1]) and all(i & CONVERSATION_BIT for i in ids[1:])
     other = prompt_ids(model=1, tenant=2, conversation=6, system_tokens=100, prompt_tokens=300, block_tokens=64)
     assert ids[:1] == other[:1] and ids[1:] != other[1:]  # block 1 (tokens 64-127) straddles the system prompt's end
+    assert ids == ((1 << 40) | (2 << 20), CONVERSATION_BIT | (5 << 20) | 1, CONVERSATION_BIT | (5 << 20) | 2,
+                   CONVERSATION_BIT | (5 << 20) | 3)  # by hand: the tenant's block 0, then the conversation's 1-3
+    assert prompt_ids(model=0, tenant=0, conversation=0, system_tokens=640, prompt_tokens=300, block_tokens=64) == \
+        tuple(range(4))  # a prompt inside the system prompt: the tenant's blocks only
+
+
+def test_prompt_of_more_blocks_than_ids_number_is_refused():
+    # 2**20 one-token blocks would spill into the tenant's bits: another tenant's block 0 has the same id.
+    assert len(prompt_ids(0, 0, 0, 0, (1 << 20) - 1, 1)) == (1 << 20) - 1
+    with pytest.raises(MmsimError, match="prefix_block_tokens"):
+        prompt_ids(0, 0, 0, system_tokens=1 << 20, prompt_tokens=1 << 20, block_tokens=1)
 
 
 def conversation_workload(**conversations):

@@ -18,27 +18,39 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from sim.errors import MmsimError
 from sim.workload.chunk import RequestChunk
 
 CONVERSATION_BIT = 1 << 62
 """Ids of a conversation's own blocks are set apart from system-prompt ids by this bit."""
 
 
+BLOCK_BITS = 20
+"""A prefix id's low bits number the block within its prompt: at most 2**20 blocks, or ids would run into the
+tenant's and conversation's bits and two prompts would share blocks they do not."""
+
+
 def system_block_id(model: int, tenant: int, block: int) -> int:
-    return (model << 40) | (tenant << 20) | block
+    return (model << 40) | (tenant << BLOCK_BITS) | block
 
 
 def conversation_block_id(conversation: int, block: int) -> int:
-    return CONVERSATION_BIT | (conversation << 20) | block
+    return CONVERSATION_BIT | (conversation << BLOCK_BITS) | block
 
 
 def prompt_ids(model: int, tenant: int, conversation: int, system_tokens: int, prompt_tokens: int,
                block_tokens: int) -> tuple[int, ...]:
     """The prefix ids of a prompt's full blocks: a block wholly inside the system prompt is the tenant's,
     any later one (or one straddling the system prompt's end) is the conversation's."""
-    return tuple(system_block_id(model, tenant, b) if (b + 1) * block_tokens <= system_tokens
-                 else conversation_block_id(conversation, b)
-                 for b in range(prompt_tokens // block_tokens))
+    blocks = prompt_tokens // block_tokens
+    if blocks >> BLOCK_BITS:
+        raise MmsimError(f"a conversation's prompt of {prompt_tokens:,} tokens is {blocks:,} prefix blocks of "
+                         f"{block_tokens} tokens, more than the {1 << BLOCK_BITS:,} a prompt's ids can number; "
+                         f"raise prefix_block_tokens or shorten the conversations", field="workload.prefix_block_tokens")
+    shared = min(blocks, system_tokens // block_tokens)  # block b is the tenant's when (b + 1) x block_tokens fits
+    # Below 2**BLOCK_BITS, a block's id is its first id plus its index: consecutive ids, made as ranges.
+    system, own = system_block_id(model, tenant, 0), conversation_block_id(conversation, 0)
+    return (*range(system, system + shared), *range(own + shared, own + blocks))
 
 
 class Conversations:
