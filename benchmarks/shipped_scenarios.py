@@ -91,7 +91,8 @@ def main() -> None:
 
     for row in sorted(rows, key=lambda r: -r["requests"]):
         print(f"{row['scenario']:20} {row['policy']:14} {row['requests']:>9,} {row['loop_s']:>8.3f} "
-              f"{rate(row['loop_requests_per_s']):>11} {row['process_s']:>9.2f} {rate(row['process_requests_per_s']):>9} "
+              f"{rate(row['loop_requests_per_s']):>11} {row['process_s']:>9.2f} "
+              f"{rate(row['process_requests_per_s']):>9} "
               f"{row['warm_run_s']:>10.4f} {rate(row['warm_run_requests_per_s']):>9}")
 
 

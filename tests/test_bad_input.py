@@ -141,7 +141,8 @@ def test_conversation_prompt_beyond_prefix_ids(tmp_path):
     data["workload"]["generator"]["conversations"] = {"system_prompt_tokens": 2_000_000}
     data["workload"]["prefix_block_tokens"] = 1
     scenario = write_yaml(tmp_path / "s.yaml", data)
-    refused(["run", scenario, "--out", tmp_path / "o"], str(scenario), "workload.prefix_block_tokens", out=tmp_path / "o")
+    refused(["run", scenario, "--out", tmp_path / "o"], str(scenario), "workload.prefix_block_tokens",
+            out=tmp_path / "o")
 
 
 @pytest.mark.parametrize("text", ["[" * 1000 + "]" * 1000, "[" * 100_000 + "]" * 100_000,

@@ -245,8 +245,8 @@ class SwapAwarePolicy(Policy):
 
     def victims_for(self, view: ClusterView, model: int) -> tuple[list[Instance] | None, float, float]:
         """The instances to evict for ``model`` (see the module rule; usually one, several on one GPU when no single
-        one makes room), what evicting them costs (their eviction costs added up), and the earliest time a busy one not yet
-        eligible may become so."""
+        one makes room), what evicting them costs (their eviction costs added up), and the earliest time a busy
+        one not yet eligible may become so."""
         groups: list[tuple[int, float, int, float, int, list[Instance]]] = []
         wait_until = float("inf")
         reserve = self.kv_reserve_bytes(view, model)

@@ -46,7 +46,8 @@ def prompt_ids(model: int, tenant: int, conversation: int, system_tokens: int, p
     if blocks >> BLOCK_BITS:
         raise MmsimError(f"a conversation's prompt of {prompt_tokens:,} tokens is {blocks:,} prefix blocks of "
                          f"{block_tokens} tokens, more than the {1 << BLOCK_BITS:,} a prompt's ids can number; "
-                         f"raise prefix_block_tokens or shorten the conversations", field="workload.prefix_block_tokens")
+                         f"raise prefix_block_tokens or shorten the conversations",
+                         field="workload.prefix_block_tokens")
     shared = min(blocks, system_tokens // block_tokens)  # block b is the tenant's when (b + 1) x block_tokens fits
     # Below 2**BLOCK_BITS, a block's id is its first id plus its index: consecutive ids, made as ranges.
     system, own = system_block_id(model, tenant, 0), conversation_block_id(conversation, 0)
