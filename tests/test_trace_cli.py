@@ -135,6 +135,25 @@ def test_generate_is_deterministic_and_reads_scenarios(tmp_path, capsys):
     assert code == 0 and stats_json(capsys, tmp_path / "r.csv")["span_s"] < summary["span_s"]
 
 
+def test_generate_names_prefix_blocks_of_the_scenarios_size(tmp_path, capsys):
+    # A scenario's conversations in 64-token blocks: the trace's ids must stand for 64 tokens each, as the
+    # scenario's own run generates them (they were made for 512-token blocks whatever the scenario said).
+    import pyarrow.parquet as pq
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nseed: 3\nworkload:\n  prefix_block_tokens: 64\n  generator:\n"
+                        "    max_requests: 20\n    arrivals: {process: poisson, rate_per_s: 1}\n    mix: {qwen3-8b: 1}\n"
+                        "    prompt_tokens: {dist: constant, value: 100}\n    output_tokens: {dist: constant, value: 10}\n"
+                        "    conversations: {system_prompt_tokens: 1000, turns: {dist: uniform, low: 2, high: 2}}\n")
+    assert mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "t.parquet")[0] == 0
+    rows = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    assert rows and all(len(row["prefix_ids"]) == row["prompt_tokens"] // 64 for row in rows)
+    assert {row["prompt_tokens"] for row in rows} == {1100, 1210}  # turn 1: 1000 + 100; turn 2: + 10 + 100
+    scenario.write_text(scenario.read_text().replace("prefix_block_tokens: 64", "prefix_block_tokens: 0"))
+    code, _, err = mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "u.parquet")
+    assert code == 2 and "workload.prefix_block_tokens" in err and not (tmp_path / "u.parquet").exists()
+
+
 def test_entry_point_exit_code():
     result = subprocess.run([*MMSIM_CLI, "trace", "stats", "missing.csv"],
                             capture_output=True, text=True, cwd=ROOT)

@@ -161,8 +161,9 @@ def parse_windows(text: str) -> list[list[float]]:
         raise MmsimError(f"expected START:RATE[:CV],..., got {cut(text)!r}", field="--windows") from None
 
 
-def load_generator_file(path: Path) -> tuple[dict, int | None, set[str]]:
-    """The generator mapping, the scenario seed (if any) and the names its models serve, from a scenario,
+def load_generator_file(path: Path) -> tuple[dict, int | None, set[str], int]:
+    """The generator mapping, the scenario seed (if any), the names its models serve and the tokens each prefix
+    id stands for (the workload's ``prefix_block_tokens``, as ``mmsim run`` generates with), from a scenario,
     workload or generator YAML."""
     data = load_yaml(path, "generator file")
     if not isinstance(data, dict):
@@ -170,10 +171,16 @@ def load_generator_file(path: Path) -> tuple[dict, int | None, set[str]]:
     seed = data.get("seed") if isinstance(data.get("seed"), int) and not isinstance(data.get("seed"), bool) else None
     models = data["models"] if isinstance(data.get("models"), list) else []
     aliases = {entry["alias"] for entry in models if isinstance(entry, dict) and isinstance(entry.get("alias"), str)}
-    for key in ("workload", "generator"):
-        if isinstance(data.get(key), dict):
-            data = data[key]
-    return data, seed, aliases
+    field = "prefix_block_tokens"
+    if isinstance(data.get("workload"), dict):
+        data, field = data["workload"], "workload.prefix_block_tokens"
+    block_tokens = data.get("prefix_block_tokens", 512) if "generator" in data else 512
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or not 1 <= block_tokens <= 1 << 20:
+        raise MmsimError(f"expected whole tokens from 1 to {1 << 20:,}, got {cut(repr(block_tokens))}",
+                         source=str(path), field=field)
+    if isinstance(data.get("generator"), dict):
+        data = data["generator"]
+    return data, seed, aliases, block_tokens
 
 
 @trace_app.command("generate")
@@ -201,10 +208,10 @@ def trace_generate(
 
     check_output_target(target)
     if config is not None:
-        data, config_seed, aliases = load_generator_file(config)
+        data, config_seed, aliases, block_tokens = load_generator_file(config)
         source, base_dir = str(config), config.parent
     else:
-        data, config_seed, aliases = dict(GENERATE_DEFAULTS), None, set()
+        data, config_seed, aliases, block_tokens = dict(GENERATE_DEFAULTS), None, set(), 512
         source, base_dir = "trace generate options", Path.cwd()
     arrivals = dict(data.get("arrivals") or {})
     if process is not None and process != arrivals.get("process"):
@@ -235,7 +242,7 @@ def trace_generate(
     if not 0 <= seed <= 2**63 - 1:
         raise MmsimError(f"the seed must be from 0 to 2**63-1, not {seed}", source=source, field="seed")
     rows = write_trace(generate(generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
-                                field="generator"), target)
+                                field="generator", prefix_block_tokens=block_tokens), target)
     console.print(f"wrote {target}: {rows} requests (seed {seed})", highlight=False, soft_wrap=True)
 
 
