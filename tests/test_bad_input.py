@@ -173,6 +173,8 @@ def test_deep_json_in_trace_and_profile(tmp_path):
     ("workload.generator.mix.qwen2.5-3b", float("inf")),
     ("workload.generator.output_tokens", {"dist": "lognormal", "mean": 100, "cv": 1e308}),
     ("workload.generator.arrivals", {"process": "gamma", "rate_per_s": 1.0, "cv": float("inf")}),
+    ("workload.generator.arrivals", {"process": "gamma", "rate_per_s": 1.0, "cv": 1e-300}),  # 1/cv**2: a division by 0
+    ("workload.generator.arrivals", {"process": "rate-series", "windows": [[0, 1.0, 1e-300]]}),
     ("workload.output_length_error", float("inf")),
     ("cluster.gpus_per_node", 10**18),
     ("cluster.nodes", 10**18),

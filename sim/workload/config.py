@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 MAX_TIME_S = 1e9
 """Latest simulated time (about 32 years): later arrivals lose the precision a step of microseconds needs."""
 MAX_RATE_PER_S = 1e6
+MIN_CV = 1e-3
+"""Most regular gamma arrivals (shape 10**6: gaps within ~0.1% of the mean); below ~1e-154 the shape 1/cv**2 is no
+longer a finite float."""
 MAX_CV = 100.0
 MAX_REQUESTS = 10**9
 """Most requests one workload may produce (a run is bounded further by sim.runner.check_run_size)."""
@@ -21,7 +24,7 @@ MAX_LENGTH_TOKENS = 10**7
 """Longest generated prompt or output, far above any model's context."""
 
 Rate = Annotated[float, Field(ge=1e-6, le=MAX_RATE_PER_S)]
-Cv = Annotated[float, Field(gt=0, le=MAX_CV)]
+Cv = Annotated[float, Field(ge=MIN_CV, le=MAX_CV)]
 Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S)]
 Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
 Length = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
@@ -75,9 +78,9 @@ class RateSeriesArrivals(Strict):
                 raise ValueError(f"window {index} must be [start_s, rate_per_s] or [start_s, rate_per_s, cv]")
             start, rate = window[0], window[1]
             cv = window[2] if len(window) == 3 else 1.0
-            if not (0 <= start <= MAX_TIME_S and 0 <= rate <= MAX_RATE_PER_S and 0 < cv <= MAX_CV):
+            if not (0 <= start <= MAX_TIME_S and 0 <= rate <= MAX_RATE_PER_S and MIN_CV <= cv <= MAX_CV):
                 raise ValueError(f"window {index} needs 0 <= start_s <= {MAX_TIME_S:g}, "
-                                 f"0 <= rate_per_s <= {MAX_RATE_PER_S:g} and 0 < cv <= {MAX_CV:g}")
+                                 f"0 <= rate_per_s <= {MAX_RATE_PER_S:g} and {MIN_CV:g} <= cv <= {MAX_CV:g}")
             if previous is not None and start <= previous:
                 raise ValueError(f"window {index} must start after window {index - 1}")
             previous = start
