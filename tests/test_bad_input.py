@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from conftest import mmsim_in_process
 from sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,6 +128,16 @@ def test_lone_surrogate_name_is_refused_before_running(tmp_path):
 def test_trace_row_not_utf8(tmp_path):
     trace = write(tmp_path / "t.csv", TRACE_HEADER.encode() + b"2.1,qwen\xff,100,20\n")
     refused(["trace", "stats", trace], str(trace), "line 2", "not UTF-8")
+
+
+@pytest.mark.parametrize("row", ['0.5,"qwen2.5-3b,101,21', '"0.5,qwen2.5-3b,101,21', '0.5,qwen2.5-3b",101,21'])
+def test_trace_row_with_a_quote_left_open(tmp_path, capsys, row):
+    # A quote never closed made pandas read every later line into one field: a ParserError traceback.
+    rows = ["0,qwen2.5-3b,100,20", row, "1,qwen2.5-3b,102,22"]
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "\n".join(rows) + "\n")
+    refused(["trace", "stats", trace], str(trace), "line 3", "never closed")
+    code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
+    assert code == 0 and json.loads(out)["requests"] == 2  # the other two rows, the bad one counted
 
 
 def test_profile_not_utf8(tmp_path):

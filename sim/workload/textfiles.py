@@ -124,7 +124,8 @@ def _undecodable(block: list[bytes], first_line: int, report: RowReport) -> np.n
 
 
 def _screen(block: list[bytes], first_line: int, fields: int | None):
-    """(joined bytes, line numbers, lines needing a closer look: maybe blank, or a wrong field count).
+    """(joined bytes, line numbers, lines needing a closer look: maybe blank, a wrong field count or a quote
+    left open).
 
     Vectorised over the block's bytes, so the common case costs no Python work per line.
     """
@@ -138,6 +139,9 @@ def _screen(block: list[bytes], first_line: int, fields: int | None):
     if fields is not None:
         commas = np.flatnonzero(buffer == ord(","))
         suspect |= np.searchsorted(commas, ends) - np.searchsorted(commas, starts) != fields - 1
+    quotes = np.flatnonzero(buffer == ord('"'))
+    if len(quotes):  # a quote left open would swallow every line after it into one field
+        suspect |= (np.searchsorted(quotes, ends) - np.searchsorted(quotes, starts)) % 2 == 1
     return data, np.arange(first_line, first_line + len(block), dtype=np.int64), suspect
 
 
@@ -213,6 +217,8 @@ def _csv_problem(raw: bytes, names: list[str], path: Path, line: int) -> str | N
     text = raw.rstrip(b"\r\n")
     if not text.strip():
         return ""
+    if text.count(b'"') % 2:  # quotes inside a quoted field are doubled: a whole line holds an even number
+        return 'a quote (") is opened and never closed'
     fields = text.count(b",") + 1
     if fields != len(names) and b'"' in text:
         fields = len(next(csv.reader([_decode(text, path, line)])))
