@@ -5,7 +5,7 @@ after exit 2 print one ``error:`` line and leave nothing at ``--out`` (nor a tem
 mutations of tiny valid inputs (so valid ones finish in well under a second) with values drawn from the
 edges: non-finite and huge numbers, numbers as text, booleans, wrong shapes, bad bytes.
 
-About 400 cases run by default (derandomized, so CI is repeatable); ``MMSIM_FUZZ_SCALE=10`` runs ten times
+About 440 cases run by default (derandomized, so CI is repeatable); ``MMSIM_FUZZ_SCALE=10`` runs ten times
 as many, with fresh random draws.
 """
 
@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from tests.test_bad_input import PROFILE, TRACE_HEADER, cli, tiny_scenario
 
+ROOT = Path(__file__).resolve().parents[1]
 SCALE = float(os.environ.get("MMSIM_FUZZ_SCALE", "1"))
 CASE_TIMEOUT_S = 20.0
 
@@ -131,10 +132,23 @@ def _dump_yaml(data) -> str:
     return yaml.safe_dump(data, allow_unicode=False)
 
 
-@fuzz_settings(120)
+def shipped_base(name: str) -> dict:
+    """A shipped scenario cut to 40 generated requests: its own fields (gamma arrivals, offload, fleets, SLOs per
+    model) are what the tiny scenario lacks."""
+    scenario = yaml.safe_load((ROOT / "scenarios" / f"{name}.yaml").read_text())
+    generator = scenario["workload"]["generator"]
+    generator.pop("duration_s", None)
+    generator["max_requests"] = 40
+    return scenario
+
+
+BASES = [tiny_scenario(), *(shipped_base(name) for name in ("mixed", "offload", "mixed-fleet"))]
+
+
+@fuzz_settings(160)
 @given(st.data())
 def test_fuzz_scenarios(data):
-    scenario = data.draw(mutated(tiny_scenario()))
+    scenario = data.draw(mutated(data.draw(st.sampled_from(BASES))))
     content = data.draw(damaged_text(_dump_yaml(scenario)))
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
@@ -149,9 +163,9 @@ def mostly(valid: list[str], invalid: list[str]):
     return st.one_of(st.sampled_from(valid), st.sampled_from(valid), st.sampled_from(valid), st.sampled_from(invalid))
 
 
-ARRIVALS = mostly(["0", "0.5", "1", "2.5", "1e6"], ["-1", "1e300", "inf", "nan", "", "abc", "2e9", "true"])
+ARRIVALS = mostly(["0", "0.5", "1", "2.5", "1e6"], ["-1", "1e300", "inf", "nan", "", "abc", "2e9", "true", '"1'])
 MODELS = mostly(["qwen2.5-3b"], ["gpt-9", "", "qwen\udcff", '"a,b"', "x" * 200, "qwen3-8b"])
-TOKENS = mostly(["1", "10", "64", "300"], ["0", "-5", "1.5", "1e18", str(2**40), "x", "", "true", "nan"])
+TOKENS = mostly(["1", "10", "64", "300"], ["0", "-5", "1.5", "1e18", str(2**40), "x", "", "true", "nan", '"'])
 
 
 @st.composite
