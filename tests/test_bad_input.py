@@ -1,6 +1,7 @@
 """Bad input and special files: each class of issue 14 gives one line, exit code 2, no traceback, no output.
 
-Outputs and faults are in test_bad_input_outputs.py; generated cases in test_fuzz_inputs.py.
+Outputs and faults are in test_bad_input_outputs.py, traces in test_bad_input_traces.py; generated cases in
+test_fuzz_inputs.py.
 
 Every case runs the CLI in this process (as the ``mmsim`` entry point does) under a time limit, so a hang
 fails the test instead of stalling it.
@@ -9,7 +10,6 @@ fails the test instead of stalling it.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import io
 import json
 import os
@@ -17,12 +17,9 @@ import signal
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from conftest import mmsim_in_process
 from sim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,21 +120,6 @@ def test_scenario_not_utf8(tmp_path, content):
 def test_lone_surrogate_name_is_refused_before_running(tmp_path):
     path = write(tmp_path / "s.yaml", yaml.safe_dump(tiny_scenario()).replace("name: tiny", 'name: "\\ud800"'))
     refused(["run", path, "--out", tmp_path / "o"], "surrogate", out=tmp_path / "o")
-
-
-def test_trace_row_not_utf8(tmp_path):
-    trace = write(tmp_path / "t.csv", TRACE_HEADER.encode() + b"2.1,qwen\xff,100,20\n")
-    refused(["trace", "stats", trace], str(trace), "line 2", "not UTF-8")
-
-
-@pytest.mark.parametrize("row", ['0.5,"qwen2.5-3b,101,21', '"0.5,qwen2.5-3b,101,21', '0.5,qwen2.5-3b",101,21'])
-def test_trace_row_with_a_quote_left_open(tmp_path, capsys, row):
-    # A quote never closed made pandas read every later line into one field: a ParserError traceback.
-    rows = ["0,qwen2.5-3b,100,20", row, "1,qwen2.5-3b,102,22"]
-    trace = write(tmp_path / "t.csv", TRACE_HEADER + "\n".join(rows) + "\n")
-    refused(["trace", "stats", trace], str(trace), "line 3", "never closed")
-    code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
-    assert code == 0 and json.loads(out)["requests"] == 2  # the other two rows, the bad one counted
 
 
 def test_profile_not_utf8(tmp_path):
@@ -254,78 +236,6 @@ def test_negative_seed_flags(tmp_path, args):
     assert code == 2 and "Traceback" not in text and "--seed" in text and not out.exists()
 
 
-# --- damaged traces ----------------------------------------------------------------------------------------------
-
-def test_truncated_and_fake_gzip(tmp_path):
-    whole = gzip.compress((TRACE_HEADER + "".join(f"{i},qwen3-8b,10,5\n" for i in range(5000))).encode())
-    truncated = write(tmp_path / "t.csv.gz", whole[: len(whole) // 2])
-    refused(["trace", "stats", truncated], str(truncated), "gzip")
-    fake = write(tmp_path / "f.csv.gz", TRACE_HEADER + "0,qwen3-8b,10,5\n")
-    refused(["trace", "stats", fake], str(fake), "gzip")
-
-
-def _parquet(path: Path, **columns) -> Path:
-    base = {"arrival_s": pa.array([0.5, 1.0]), "model": pa.array(["qwen3-8b", "qwen3-8b"]),
-            "prompt_tokens": pa.array([10, 20]), "output_tokens": pa.array([5, 6])}
-    base.update(columns)
-    pq.write_table(pa.table(base), path)
-    return path
-
-
-def test_parquet_timestamp_and_boolean_columns(tmp_path):
-    stamps = pa.array([1_700_000_000_000_000, 1_700_000_001_000_000], pa.timestamp("us"))
-    refused(["trace", "stats", _parquet(tmp_path / "a.parquet", arrival_s=stamps)], "arrival_s", "timestamp")
-    refused(["trace", "stats", _parquet(tmp_path / "b.parquet", prompt_tokens=pa.array([True, False]))],
-            "prompt_tokens", "bool")
-    jsonl = write(tmp_path / "c.jsonl", '{"arrival_s": 0, "model": "qwen3-8b", "prompt_tokens": true, '
-                                        '"output_tokens": 5}\n')
-    refused(["trace", "stats", jsonl], "line 1", "prompt_tokens True")
-
-
-def test_unknown_model_is_refused_by_stats_run_and_import(tmp_path):
-    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,gpt-9,10,5\n")
-    refused(["trace", "stats", trace], "'gpt-9'", "line 2")
-    refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv"], "'gpt-9'", "line 2", out=tmp_path / "o.csv")
-    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": {"path": "t.csv"}}))
-    refused(["run", scenario, "--out", tmp_path / "o"], "'gpt-9'", "line 2", out=tmp_path / "o")
-
-
-def test_long_fields_are_cut_in_messages(tmp_path):
-    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0.5,{'m' * 2_500_000},10,5\n")
-    text = refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv"], "characters")
-    assert len(text) < 3000
-
-
-@pytest.mark.parametrize("fmt, header, row, flags", [
-    ("mmsim", "arrival_s,model,prompt_tokens,output_tokens,model", "0.5,qwen3-8b,10,5,qwen3-8b", []),
-    ("azure-2023", "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens", "2023-11-16 18:17:03.9799600,10,10,10",
-     ["--model", "qwen3-8b"]),
-    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Model",
-     "1,ChatGPT,10,10,20,x,ChatGPT", ["--model-map", "ChatGPT=qwen3-8b"]),
-])
-def test_a_column_named_twice_is_refused(tmp_path, fmt, header, row, flags):
-    trace = write(tmp_path / "t.csv", f"{header}\n{row}\n")
-    refused(["trace", "stats", trace, "--format", fmt, *flags], "named twice in the header")
-    doubled = _parquet(tmp_path / "t.parquet")
-    table = pq.read_table(doubled)
-    pq.write_table(table.append_column("model", table.column("model")), doubled)
-    refused(["trace", "stats", doubled], "'model' is named twice in the schema")
-
-
-@pytest.mark.parametrize("fmt, line, flags", [
-    ("mmsim", '{"arrival_s": 0.5, "model": "qwen3-8b", "prompt_tokens": 1%s, "output_tokens": 5}', []),
-    ("mooncake", '{"timestamp": 1, "input_length": 1%s, "output_length": 5, "hash_ids": [1]}', ["--model", "qwen3-8b"]),
-])
-def test_an_integer_past_float_range_is_a_bad_row(tmp_path, fmt, line, flags):
-    trace = write(tmp_path / "t.jsonl", line % ("0" * 400) + "\n")
-    refused(["trace", "stats", trace, "--format", fmt, *flags], "line 1", "is not a whole number")
-
-
-@pytest.mark.parametrize("name", ["t.csv", "t.jsonl"])
-def test_empty_trace_files_agree(tmp_path, name):
-    refused(["trace", "stats", write(tmp_path / name, "")], "empty file")
-
-
 # --- silent accepts ----------------------------------------------------------------------------------------------
 
 def test_mix_naming_an_unserved_model(tmp_path):
@@ -339,25 +249,6 @@ def test_duplicate_yaml_keys(tmp_path):
     text = yaml.safe_dump(tiny_scenario()) + "seed: 2\n"
     refused(["run", write(tmp_path / "s.yaml", text), "--out", tmp_path / "o"], "'seed' given twice",
             out=tmp_path / "o")
-
-
-@pytest.mark.parametrize("flags, expected", [
-    (["--time-scale", "nan"], "time scale"), (["--time-scale", "inf"], "time scale"),
-    (["--start", "nan"], "window start"), (["--end", "nan"], "window end"), (["--end", "inf"], "window end"),
-])
-def test_trace_import_flags(tmp_path, flags, expected):
-    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,qwen3-8b,10,5\n")
-    refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv", *flags], expected, out=tmp_path / "o.csv")
-
-
-@pytest.mark.parametrize("flags, expected", [
-    (["--mix", "nosuch=1", "--duration", "2", "--rate", "1"], "'nosuch'"),
-    (["--mix", "qwen3-8b=1", "--duration", "inf", "--rate", "1"], "duration_s"),
-    (["--mix", "qwen3-8b=1", "--duration", "2", "--rate", "1e308"], "rate_per_s"),
-    (["--mix", "qwen3-8b=inf", "--duration", "2", "--rate", "1"], "mix"),
-])
-def test_trace_generate_flags(tmp_path, flags, expected):
-    refused(["trace", "generate", "--out", tmp_path / "o.csv", *flags], expected, out=tmp_path / "o.csv")
 
 
 @pytest.mark.parametrize("flags, expected", [
@@ -411,31 +302,11 @@ def test_usage_errors_are_one_line(tmp_path):
     refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--seed", "abc"], "--seed", "--help")
 
 
-def test_stats_of_a_trace_whose_lengths_are_all_huge(tmp_path):
-    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0,qwen2.5-3b,1,{2**40}\n")
-    code, text = cli("trace", "stats", trace, "--json")
-    assert code == 0 and json.loads(text)["output_tokens"]["p50"] == 2**40, text
-
-
 def test_yaml_aliases_that_explode_are_refused(tmp_path):
     lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
     lines += [f"a{i}: &a{i} [{', '.join(f'*a{i - 1}' for _ in range(9))}]" for i in range(1, 10)]
     path = write(tmp_path / "s.yaml", "\n".join(lines) + "\n")
     refused(["run", path, "--out", tmp_path / "o"], "aliases", timeout_s=20)
-
-
-def test_trace_times_past_the_horizon_after_scaling(tmp_path):
-    write(tmp_path / "t.csv", TRACE_HEADER + "0,qwen2.5-3b,10,5\n5000,qwen2.5-3b,10,5\n")
-    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": {"path": "t.csv"}, "time_scale": 1e6}))
-    refused(["run", scenario, "--out", tmp_path / "o"], "time_scale", "1e+09", out=tmp_path / "o")
-
-
-def test_servegen_window_rates_are_bounded(tmp_path):
-    write(tmp_path / "w.csv", "0,1e300,1,Gamma,0.5,1\n")
-    data = tiny_scenario()
-    data["workload"]["generator"]["arrivals"] = {"process": "servegen", "path": "w.csv"}
-    refused(["run", write_yaml(tmp_path / "s.yaml", data), "--out", tmp_path / "o"], "w.csv", "line 1", "rate_rps",
-            out=tmp_path / "o")
 
 
 @pytest.mark.parametrize(("policy", "expected"), [

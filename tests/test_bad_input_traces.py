@@ -1,0 +1,141 @@
+"""Bad trace input of every kind, given as a user would: damaged or truncated files, bad rows and cells, columns
+named twice, values past their ranges and flags that make no sense. Each is refused with one line naming the file
+and the line (or dropped and counted under ``skip_bad``), exit 2, no traceback; the helpers are
+``test_bad_input``'s."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import mmsim_in_process
+from tests.test_bad_input import TRACE_HEADER, cli, refused, tiny_scenario, write, write_yaml
+
+
+def _parquet(path: Path, **columns) -> Path:
+    base = {"arrival_s": pa.array([0.5, 1.0]), "model": pa.array(["qwen3-8b", "qwen3-8b"]),
+            "prompt_tokens": pa.array([10, 20]), "output_tokens": pa.array([5, 6])}
+    base.update(columns)
+    pq.write_table(pa.table(base), path)
+    return path
+
+
+def test_trace_row_not_utf8(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER.encode() + b"2.1,qwen\xff,100,20\n")
+    refused(["trace", "stats", trace], str(trace), "line 2", "not UTF-8")
+
+
+@pytest.mark.parametrize("row", ['0.5,"qwen2.5-3b,101,21', '"0.5,qwen2.5-3b,101,21', '0.5,qwen2.5-3b",101,21'])
+def test_trace_row_with_a_quote_left_open(tmp_path, capsys, row):
+    # A quote never closed made pandas read every later line into one field: a ParserError traceback.
+    rows = ["0,qwen2.5-3b,100,20", row, "1,qwen2.5-3b,102,22"]
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "\n".join(rows) + "\n")
+    refused(["trace", "stats", trace], str(trace), "line 3", "never closed")
+    code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
+    assert code == 0 and json.loads(out)["requests"] == 2  # the other two rows, the bad one counted
+
+
+def test_truncated_and_fake_gzip(tmp_path):
+    whole = gzip.compress((TRACE_HEADER + "".join(f"{i},qwen3-8b,10,5\n" for i in range(5000))).encode())
+    truncated = write(tmp_path / "t.csv.gz", whole[: len(whole) // 2])
+    refused(["trace", "stats", truncated], str(truncated), "gzip")
+    fake = write(tmp_path / "f.csv.gz", TRACE_HEADER + "0,qwen3-8b,10,5\n")
+    refused(["trace", "stats", fake], str(fake), "gzip")
+
+
+def test_parquet_timestamp_and_boolean_columns(tmp_path):
+    stamps = pa.array([1_700_000_000_000_000, 1_700_000_001_000_000], pa.timestamp("us"))
+    refused(["trace", "stats", _parquet(tmp_path / "a.parquet", arrival_s=stamps)], "arrival_s", "timestamp")
+    refused(["trace", "stats", _parquet(tmp_path / "b.parquet", prompt_tokens=pa.array([True, False]))],
+            "prompt_tokens", "bool")
+    jsonl = write(tmp_path / "c.jsonl", '{"arrival_s": 0, "model": "qwen3-8b", "prompt_tokens": true, '
+                                        '"output_tokens": 5}\n')
+    refused(["trace", "stats", jsonl], "line 1", "prompt_tokens True")
+
+
+def test_unknown_model_is_refused_by_stats_run_and_import(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,gpt-9,10,5\n")
+    refused(["trace", "stats", trace], "'gpt-9'", "line 2")
+    refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv"], "'gpt-9'", "line 2", out=tmp_path / "o.csv")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": {"path": "t.csv"}}))
+    refused(["run", scenario, "--out", tmp_path / "o"], "'gpt-9'", "line 2", out=tmp_path / "o")
+
+
+def test_long_fields_are_cut_in_messages(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0.5,{'m' * 2_500_000},10,5\n")
+    text = refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv"], "characters")
+    assert len(text) < 3000
+
+
+@pytest.mark.parametrize("fmt, header, row, flags", [
+    ("mmsim", "arrival_s,model,prompt_tokens,output_tokens,model", "0.5,qwen3-8b,10,5,qwen3-8b", []),
+    ("azure-2023", "TIMESTAMP,ContextTokens,GeneratedTokens,ContextTokens", "2023-11-16 18:17:03.9799600,10,10,10",
+     ["--model", "qwen3-8b"]),
+    ("burstgpt", "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type,Model",
+     "1,ChatGPT,10,10,20,x,ChatGPT", ["--model-map", "ChatGPT=qwen3-8b"]),
+])
+def test_a_column_named_twice_is_refused(tmp_path, fmt, header, row, flags):
+    trace = write(tmp_path / "t.csv", f"{header}\n{row}\n")
+    refused(["trace", "stats", trace, "--format", fmt, *flags], "named twice in the header")
+    doubled = _parquet(tmp_path / "t.parquet")
+    table = pq.read_table(doubled)
+    pq.write_table(table.append_column("model", table.column("model")), doubled)
+    refused(["trace", "stats", doubled], "'model' is named twice in the schema")
+
+
+@pytest.mark.parametrize("fmt, line, flags", [
+    ("mmsim", '{"arrival_s": 0.5, "model": "qwen3-8b", "prompt_tokens": 1%s, "output_tokens": 5}', []),
+    ("mooncake", '{"timestamp": 1, "input_length": 1%s, "output_length": 5, "hash_ids": [1]}', ["--model", "qwen3-8b"]),
+])
+def test_an_integer_past_float_range_is_a_bad_row(tmp_path, fmt, line, flags):
+    trace = write(tmp_path / "t.jsonl", line % ("0" * 400) + "\n")
+    refused(["trace", "stats", trace, "--format", fmt, *flags], "line 1", "is not a whole number")
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.jsonl"])
+def test_empty_trace_files_agree(tmp_path, name):
+    refused(["trace", "stats", write(tmp_path / name, "")], "empty file")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--time-scale", "nan"], "time scale"), (["--time-scale", "inf"], "time scale"),
+    (["--start", "nan"], "window start"), (["--end", "nan"], "window end"), (["--end", "inf"], "window end"),
+])
+def test_trace_import_flags(tmp_path, flags, expected):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + "0.5,qwen3-8b,10,5\n")
+    refused(["trace", "import", "mmsim", trace, tmp_path / "o.csv", *flags], expected, out=tmp_path / "o.csv")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--mix", "nosuch=1", "--duration", "2", "--rate", "1"], "'nosuch'"),
+    (["--mix", "qwen3-8b=1", "--duration", "inf", "--rate", "1"], "duration_s"),
+    (["--mix", "qwen3-8b=1", "--duration", "2", "--rate", "1e308"], "rate_per_s"),
+    (["--mix", "qwen3-8b=inf", "--duration", "2", "--rate", "1"], "mix"),
+])
+def test_trace_generate_flags(tmp_path, flags, expected):
+    refused(["trace", "generate", "--out", tmp_path / "o.csv", *flags], expected, out=tmp_path / "o.csv")
+
+
+def test_stats_of_a_trace_whose_lengths_are_all_huge(tmp_path):
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0,qwen2.5-3b,1,{2**40}\n")
+    code, text = cli("trace", "stats", trace, "--json")
+    assert code == 0 and json.loads(text)["output_tokens"]["p50"] == 2**40, text
+
+
+def test_trace_times_past_the_horizon_after_scaling(tmp_path):
+    write(tmp_path / "t.csv", TRACE_HEADER + "0,qwen2.5-3b,10,5\n5000,qwen2.5-3b,10,5\n")
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": {"path": "t.csv"}, "time_scale": 1e6}))
+    refused(["run", scenario, "--out", tmp_path / "o"], "time_scale", "1e+09", out=tmp_path / "o")
+
+
+def test_servegen_window_rates_are_bounded(tmp_path):
+    write(tmp_path / "w.csv", "0,1e300,1,Gamma,0.5,1\n")
+    data = tiny_scenario()
+    data["workload"]["generator"]["arrivals"] = {"process": "servegen", "path": "w.csv"}
+    refused(["run", write_yaml(tmp_path / "s.yaml", data), "--out", tmp_path / "o"], "w.csv", "line 1", "rate_rps",
+            out=tmp_path / "o")
