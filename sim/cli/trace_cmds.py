@@ -16,7 +16,8 @@ from sim.cli import app
 from sim.cli.common import console, print_json, table
 from sim.errors import MmsimError, pydantic_error_message
 from sim.files import check_output_file, check_regular_file, cut, load_yaml, parse_yaml
-from sim.workload.config import TRACE_FORMATS, Arrivals, GeneratorConfig
+from sim.workload.config import (MAX_PREFIX_BLOCK_TOKENS, PREFIX_BLOCK_TOKENS, TRACE_FORMATS, Arrivals,
+                                 GeneratorConfig)
 
 trace_app = typer.Typer(help="Import, merge, generate and summarise request traces.", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
@@ -174,10 +175,11 @@ def load_generator_file(path: Path) -> tuple[dict, int | None, set[str], int]:
     field = "prefix_block_tokens"
     if isinstance(data.get("workload"), dict):
         data, field = data["workload"], "workload.prefix_block_tokens"
-    block_tokens = data.get("prefix_block_tokens", 512) if "generator" in data else 512
-    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or not 1 <= block_tokens <= 1 << 20:
-        raise MmsimError(f"expected whole tokens from 1 to {1 << 20:,}, got {cut(repr(block_tokens))}",
-                         source=str(path), field=field)
+    block_tokens = data.get("prefix_block_tokens", PREFIX_BLOCK_TOKENS) if "generator" in data else PREFIX_BLOCK_TOKENS
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or \
+            not 1 <= block_tokens <= MAX_PREFIX_BLOCK_TOKENS:
+        raise MmsimError(f"expected whole tokens from 1 to {MAX_PREFIX_BLOCK_TOKENS:,}, "
+                         f"got {cut(repr(block_tokens))}", source=str(path), field=field)
     if isinstance(data.get("generator"), dict):
         data = data["generator"]
     return data, seed, aliases, block_tokens
@@ -211,7 +213,7 @@ def trace_generate(
         data, config_seed, aliases, block_tokens = load_generator_file(config)
         source, base_dir = str(config), config.parent
     else:
-        data, config_seed, aliases, block_tokens = dict(GENERATE_DEFAULTS), None, set(), 512
+        data, config_seed, aliases, block_tokens = dict(GENERATE_DEFAULTS), None, set(), PREFIX_BLOCK_TOKENS
         source, base_dir = "trace generate options", Path.cwd()
     arrivals = dict(data.get("arrivals") or {})
     if process is not None and process != arrivals.get("process"):
@@ -255,7 +257,8 @@ def trace_stats_cmd(
     model: str | None = typer.Option(None, help="model label for single-model formats (default: the file name)"),
     model_map: str | None = typer.Option(None, "--model-map", help="trace label to model: SRC=DST,..."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="drop malformed rows instead of stopping"),
-    prefix_block_tokens: int = typer.Option(512, "--prefix-block-tokens", min=1, max=1 << 20,
+    prefix_block_tokens: int = typer.Option(PREFIX_BLOCK_TOKENS, "--prefix-block-tokens", min=1,
+                                            max=MAX_PREFIX_BLOCK_TOKENS,
                                             help="prompt tokens each prefix id stands for (Mooncake: 512)"),
 ) -> None:
     """Count, span, rate, burstiness, model shares, length percentiles and ideal prefix reuse of a trace."""

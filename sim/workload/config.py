@@ -22,6 +22,10 @@ MAX_REQUESTS = 10**9
 """Most requests one workload may produce (a run is bounded further by sim.runner.check_run_size)."""
 MAX_LENGTH_TOKENS = 10**7
 """Longest generated prompt or output, far above any model's context."""
+PREFIX_BLOCK_TOKENS = 512
+"""Prompt tokens one prefix id stands for unless a workload says otherwise (Mooncake's hash_ids)."""
+MAX_PREFIX_BLOCK_TOKENS = 1 << 20
+"""Most prompt tokens one prefix id may stand for."""
 
 Rate = Annotated[float, Field(ge=1e-6, le=MAX_RATE_PER_S)]
 Cv = Annotated[float, Field(ge=MIN_CV, le=MAX_CV)]
@@ -274,8 +278,9 @@ class WorkloadConfig(Strict):
     trace: TraceConfig | None = None
     time_scale: Scale = 1.0
     output_length_error: float = Field(default=0.0, ge=0, le=10)
-    prefix_block_tokens: int = Field(default=512, ge=1, le=1 << 20, description="prompt tokens each of a "
-                                     "trace's prefix_ids stands for (Mooncake's hash_ids: 512)")
+    prefix_block_tokens: int = Field(default=PREFIX_BLOCK_TOKENS, ge=1, le=MAX_PREFIX_BLOCK_TOKENS,
+                                     description="prompt tokens each of a trace's prefix_ids stands for "
+                                     "(Mooncake's hash_ids: 512)")
     _served_models: frozenset[str] | None = PrivateAttr(default=None)
 
     @property

@@ -13,7 +13,7 @@ from pathlib import Path
 from sim.workload.arrivals import ArrivalStream, random_stream, windows_for
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import make_chunk
-from sim.workload.config import GeneratorConfig
+from sim.workload.config import PREFIX_BLOCK_TOKENS, GeneratorConfig
 from sim.workload.conversations import Conversations, generate_conversations
 from sim.workload.lengths import LengthPairSampler, MixSampler
 
@@ -21,7 +21,8 @@ MIX_STREAM, PROMPT_STREAM, OUTPUT_STREAM, CONVERSATION_STREAM = 1, 2, 3, 4
 
 
 def generate(config: GeneratorConfig, *, seed: int, base_dir: Path | None = None, chunk_rows: int = 65536,
-             field: str = "workload.generator", prefix_block_tokens: int = 512) -> Iterator[RequestChunk]:
+             field: str = "workload.generator",
+             prefix_block_tokens: int = PREFIX_BLOCK_TOKENS) -> Iterator[RequestChunk]:
     """Chunks of up to ``chunk_rows`` generated requests in arrival order, ``first_id`` the running index."""
     arrivals = ArrivalStream(windows_for(config.arrivals, base_dir, config.duration_s), seed, config.duration_s)
     mix = MixSampler(config.mix, random_stream(seed, MIX_STREAM))

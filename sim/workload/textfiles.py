@@ -135,13 +135,17 @@ def _screen(block: list[bytes], first_line: int, fields: int | None):
     if len(ends) < len(block):
         ends = np.append(ends, len(buffer))
     starts = np.concatenate([[0], ends[:-1] + 1])
+
+    def per_line(byte: str) -> np.ndarray:
+        """How many times ``byte`` occurs on each line."""
+        at = np.flatnonzero(buffer == ord(byte))
+        return np.searchsorted(at, ends) - np.searchsorted(at, starts)
+
     suspect = ends - starts <= 2
     if fields is not None:
-        commas = np.flatnonzero(buffer == ord(","))
-        suspect |= np.searchsorted(commas, ends) - np.searchsorted(commas, starts) != fields - 1
-    quotes = np.flatnonzero(buffer == ord('"'))
-    if len(quotes):  # a quote left open would swallow every line after it into one field
-        suspect |= (np.searchsorted(quotes, ends) - np.searchsorted(quotes, starts)) % 2 == 1
+        suspect |= per_line(",") != fields - 1
+    if b'"' in data:  # a quote left open would swallow every line after it into one field
+        suspect |= per_line('"') % 2 == 1
     return data, np.arange(first_line, first_line + len(block), dtype=np.int64), suspect
 
 
