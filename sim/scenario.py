@@ -15,7 +15,7 @@ from sim.catalogue import BITS_PER_WEIGHT, catalogue
 from sim.errors import MmsimError, validate_mapping
 from sim.files import cut, load_yaml
 from sim.fleet.config import Autoscaler, ColdStart, MigConfig, Pool
-from sim.workload.config import MAX_TIME_S, WorkloadConfig
+from sim.workload.config import MAX_TIME_S, ModelName, WorkloadConfig
 
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 64
@@ -68,8 +68,8 @@ class ClusterConfig(Strict):
 class ModelEntry(Strict):
     """One model deployment; ``alias`` names it when the same catalogue model is served twice (e.g. fp16 and fp8)."""
 
-    name: str
-    alias: str | None = None
+    name: ModelName
+    alias: ModelName | None = None
     dtype: str = "fp16"
     kv_dtype: Literal["fp32", "fp16", "bf16", "fp8", "int8", "fp4"] | None = Field(
         default=None, description="the KV cache's dtype (default: the model's activation dtype, as vLLM's 'auto')")

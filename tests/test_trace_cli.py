@@ -169,3 +169,46 @@ def test_shipped_traces_are_reproducible(tmp_path, capsys):
     summary = stats_json(capsys, ROOT / "traces" / "azure-two-models.csv")
     assert 1000 <= summary["requests"] <= 3000
     assert set(summary["models"]) == {"qwen2.5-7b", "qwen3-8b"}
+
+
+CONFIG = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256, "intermediate_size": 512,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}
+
+
+def test_traces_name_deployments_an_alias_or_a_config_model_included(tmp_path, capsys):
+    """A trace's model column names a scenario's deployments, which may be aliases or config-file models; `trace
+    import --model`, `generate --mix` and `stats` refused every name outside the catalogue, and `generate --config`
+    refused a scenario whose own run generated the same mix."""
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    native = tmp_path / "t.csv"
+    native.write_text("arrival_s,model,prompt_tokens,output_tokens\n0,fast-8b,10,5\n0.5,tiny,20,5\n1,typo-8b,20,5\n")
+    code, out, _ = mmsim(capsys, "trace", "import", "mmsim", native, tmp_path / "t.parquet")
+    assert code == 0 and "wrote" in out
+    assert "note: 'fast-8b', 'tiny', 'typo-8b' are not catalogue models" in " ".join(out.split())
+    assert stats_json(capsys, tmp_path / "t.parquet")["models"] == {"fast-8b": 1 / 3, "tiny": 1 / 3, "typo-8b": 1 / 3}
+    code, out, _ = mmsim(capsys, "trace", "generate", "--out", tmp_path / "g.csv", "--max-requests", "20",
+                         "--rate", "2", "--mix", "qwen3-8b=1,fast-8b=1")
+    assert code == 0 and "note: 'fast-8b' is not a catalogue model" in " ".join(out.split())
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nprofile: a100-80gb\ncluster: {nodes: 1, gpus_per_node: 1}\nmodels:\n"
+                        "  - {config: config.json, name: tiny}\n  - {name: qwen3-8b, alias: fast-8b}\n"
+                        "workload:\n  generator:\n    max_requests: 30\n    arrivals: {process: poisson, rate_per_s: 2}\n"
+                        "    mix: {tiny: 1, fast-8b: 1}\n    prompt_tokens: {dist: constant, value: 64}\n"
+                        "    output_tokens: {dist: constant, value: 8}\n")
+    generating = scenario.read_text()
+    code, out, _ = mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "s.csv")
+    assert code == 0 and "30 requests" in out and "note" not in out
+    assert set(stats_json(capsys, tmp_path / "s.csv")["models"]) == {"tiny", "fast-8b"}
+    # The trace replays in the scenario that serves its names; the typo is refused there, naming its line.
+    replay = generating.split("workload:")[0] + "workload:\n  trace: {path: t.parquet}\n"
+    scenario.write_text(replay)
+    code, _, err = mmsim(capsys, "run", scenario, "--out", tmp_path / "run")
+    assert code == 2 and "'typo-8b' is not served by this scenario" in err
+    scenario.write_text(replay.replace("t.parquet}", "t.parquet, skip_bad: true}"))
+    code, out, err = mmsim(capsys, "run", scenario, "--out", tmp_path / "run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["requests_completed"] == 2
+    scenario.write_text(generating.replace("alias: fast-8b}", "alias: other}"))
+    code, _, err = mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "x.csv")
+    assert code == 2 and "mix: model 'fast-8b' is not served by this scenario (it serves other, tiny)" in err
+    assert not (tmp_path / "x.csv").exists()

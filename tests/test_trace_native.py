@@ -16,7 +16,7 @@ from sim.workload.stats import trace_stats
 from sim.workload.stats_plot import plot_stats
 from sim.workload.writer import write_trace
 
-UNCHECKED = ImportOptions(check_models=False)
+UNCHECKED = ImportOptions()
 
 
 def sample(rows: int = 1000, seed: int = 0, optional: bool = True, models=("qwen3-8b", "qwen2.5-3b")):
@@ -114,7 +114,7 @@ def test_jsonl_first_line_sets_the_columns(tmp_path):
                     '{"arrival_s": 2, "model": "a", "prompt_tokens": 3, "output_tokens": 1, "priority": 1}\n')
     with pytest.raises(MmsimError, match="line 4: key 'priority' is not on the first line"):
         read_all(path)
-    trace = read_all(path, options=ImportOptions(skip_bad=True, check_models=False))
+    trace = read_all(path, options=ImportOptions(skip_bad=True))
     assert trace.prompt_tokens.tolist() == [1, 2] and list(trace.slo_class) == ["x", None]
     assert trace.priority is None
 
@@ -129,11 +129,14 @@ def test_parquet_reports_rows(tmp_path):
         read_all(tmp_path / "junk.parquet")
 
 
-def test_model_names_are_checked_when_asked(tmp_path):
+def test_model_labels_pass_unless_a_scenario_names_what_it_serves(tmp_path):
+    # A trace names deployments (aliases, config-file models), which only a scenario defines: the reader keeps any
+    # label, and refuses those a scenario does not serve.
     path = tmp_path / "t.csv"
     write_trace([sample(10, models=("qwen3-8b", "my-model"))], path)
-    with pytest.raises(MmsimError, match="'my-model' is not a catalogue model"):
-        read_all(path, options=ImportOptions())
+    assert set(read_all(path, options=ImportOptions()).model) == {"qwen3-8b", "my-model"}
+    with pytest.raises(MmsimError, match="'my-model' is not served by this scenario"):
+        read_all(path, options=ImportOptions(served_models=frozenset({"qwen3-8b"})))
     mapped = read_all(path, options=ImportOptions(model_map={"qwen3-8b": "qwen3-8b", "my-model": "llama-3-8b"}))
     assert set(mapped.model) <= {"qwen3-8b", "llama-3-8b"}
 

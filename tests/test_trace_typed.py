@@ -31,10 +31,10 @@ COLUMNS = ("arrival_s", "model", "prompt_tokens", "output_tokens", "priority", "
 HEADER = "arrival_s,model,prompt_tokens,output_tokens"
 TYPED_DECODERS = ("csv_chunk", "jsonl_chunk", "parquet_chunk")
 SERVED = frozenset({"qwen3-8b", "qwen2.5-3b"})
-OPTIONS = [ImportOptions(check_models=False), ImportOptions(check_models=False, skip_bad=True),
+OPTIONS = [ImportOptions(), ImportOptions(skip_bad=True),
            ImportOptions(served_models=SERVED, skip_bad=True),
            ImportOptions(model_map={"qwen3-8b": "qwen3-8b", "code": "qwen2.5-3b"}, skip_bad=True),
-           ImportOptions(check_models=False, start_s=0.5, end_s=40.0, time_scale=0.5)]
+           ImportOptions(start_s=0.5, end_s=40.0, time_scale=0.5)]
 
 
 def outcome(path, options: ImportOptions, rows: int, *, typed: bool):

@@ -6,7 +6,9 @@ The workload readers and writers (and pandas with them) are imported by the comm
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from pydantic import TypeAdapter, ValidationError
@@ -18,6 +20,9 @@ from sim.errors import MmsimError, pydantic_error_message
 from sim.files import check_output_file, check_regular_file, cut, load_yaml, parse_yaml
 from sim.workload.config import (MAX_PREFIX_BLOCK_TOKENS, PREFIX_BLOCK_TOKENS, TRACE_FORMATS, Arrivals,
                                  GeneratorConfig)
+
+if TYPE_CHECKING:
+    from sim.workload.chunk import RequestChunk
 
 trace_app = typer.Typer(help="Import, merge, generate and summarise request traces.", no_args_is_help=True)
 app.add_typer(trace_app, name="trace")
@@ -68,8 +73,8 @@ def trace_import(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"one of: {', '.join(TRACE_FORMATS)}"),
     source: Path = typer.Argument(..., metavar="IN", help="the trace file to import"),
     target: Path = typer.Argument(..., metavar="OUT", help="native trace to write (.csv, .jsonl or .parquet)"),
-    model: str | None = typer.Option(None, help="catalogue model for every request (single-model traces)"),
-    model_map: str | None = typer.Option(None, "--model-map", help="trace label to catalogue model: SRC=DST,..."),
+    model: str | None = typer.Option(None, help="model (deployment name) of every request (single-model traces)"),
+    model_map: str | None = typer.Option(None, "--model-map", help="trace label to model (deployment name): SRC=DST,..."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="multiply inter-arrival times (0.5 = twice the rate)"),
     start_s: float | None = typer.Option(None, "--start", help="keep requests from this many seconds after the trace start"),
     end_s: float | None = typer.Option(None, "--end", help="keep requests before this many seconds after the trace start"),
@@ -101,8 +106,29 @@ def trace_import(
                             time_scale=time_scale, start_s=start_s, end_s=end_s, skip_bad=skip_bad,
                             arrivals=arrivals, seed=seed)
     report = RowReport(str(source))
-    write_trace(read_trace(source, fmt, options, rows=chunk_rows, report=report), target)
+    labels: set[str] = set()
+    write_trace(_labels_into(read_trace(source, fmt, options, rows=chunk_rows, report=report), labels), target)
     console.print(f"wrote {target}: {report.summary()}", highlight=False, soft_wrap=True)
+    note_deployment_names(labels, "" if model or model_map else "or map the trace's labels with --model-map LABEL=NAME")
+
+
+def _labels_into(chunks: Iterator[RequestChunk], labels: set[str]) -> Iterator[RequestChunk]:
+    """``chunks`` as they are, adding each one's model labels to ``labels`` on the way."""
+    for chunk in chunks:
+        labels.update(chunk.model.tolist())
+        yield chunk
+
+
+def note_deployment_names(names: set[str], remedy: str = "") -> None:
+    """Say which of a trace's model names are not catalogue models. A trace names the deployments a scenario serves,
+    which may be aliases or config-file models, so these are not errors; but a typo shows here, not at the run."""
+    unlisted = sorted(names.difference(catalogue()))
+    if unlisted:
+        shown = ", ".join(repr(cut(name)) for name in unlisted[:5]) + (f" and {len(unlisted) - 5} more" if len(unlisted) > 5 else "")
+        console.print(f"note: {shown} {'is not a catalogue model' if len(unlisted) == 1 else 'are not catalogue models'}: "
+                      f"a scenario replaying this trace must serve {'it' if len(unlisted) == 1 else 'them'} by that "
+                      f"name (models: - {{name: CATALOGUE-MODEL, alias: NAME}} or {{config: config.json, name: NAME}})"
+                      + (f", {remedy}" if remedy else ""), highlight=False, soft_wrap=True)
 
 
 @trace_app.command("merge")
@@ -123,7 +149,7 @@ def trace_merge(
             raise MmsimError("OUT is also an input; the last argument is the merged trace to write, so give a new "
                              "file after the inputs", source=str(target))
     check_output_target(target)
-    options = ImportOptions(check_models=False)
+    options = ImportOptions()
     streams = [read_trace(path, "mmsim", options, rows=chunk_rows) for path in sources]
     rows = write_trace(merge_streams(streams, chunk_rows), target)
     console.print(f"wrote {target}: {rows} requests from {len(sources)} traces", highlight=False, soft_wrap=True)
@@ -162,16 +188,15 @@ def parse_windows(text: str) -> list[list[float]]:
         raise MmsimError(f"expected START:RATE[:CV],..., got {cut(text)!r}", field="--windows") from None
 
 
-def load_generator_file(path: Path) -> tuple[dict, int | None, set[str], int]:
-    """The generator mapping, the scenario seed (if any), the names its models serve and the tokens each prefix
+def load_generator_file(path: Path) -> tuple[dict, int | None, set[str] | None, int]:
+    """The generator mapping, the scenario seed (if any), the names its models serve (None unless a scenario) and the tokens each prefix
     id stands for (the workload's ``prefix_block_tokens``, as ``mmsim run`` generates with), from a scenario,
     workload or generator YAML."""
     data = load_yaml(path, "generator file")
     if not isinstance(data, dict):
         raise MmsimError("expected a mapping", source=str(path))
     seed = data.get("seed") if isinstance(data.get("seed"), int) and not isinstance(data.get("seed"), bool) else None
-    models = data["models"] if isinstance(data.get("models"), list) else []
-    aliases = {entry["alias"] for entry in models if isinstance(entry, dict) and isinstance(entry.get("alias"), str)}
+    served = _deployment_names(data["models"]) if isinstance(data.get("models"), list) else None
     field = "prefix_block_tokens"
     if isinstance(data.get("workload"), dict):
         data, field = data["workload"], "workload.prefix_block_tokens"
@@ -182,7 +207,18 @@ def load_generator_file(path: Path) -> tuple[dict, int | None, set[str], int]:
                          f"got {cut(repr(block_tokens))}", source=str(path), field=field)
     if isinstance(data.get("generator"), dict):
         data = data["generator"]
-    return data, seed, aliases, block_tokens
+    return data, seed, served, block_tokens
+
+
+def _deployment_names(models: list) -> set[str]:
+    """The names a scenario's ``models:`` entries serve requests under: each one's alias, else its name (a catalogue
+    model, or the name a ``config:`` file's architecture goes by)."""
+    names = set()
+    for entry in models:
+        name = entry.get("alias") or entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            names.add(name)
+    return names
 
 
 @trace_app.command("generate")
@@ -210,10 +246,10 @@ def trace_generate(
 
     check_output_target(target)
     if config is not None:
-        data, config_seed, aliases, block_tokens = load_generator_file(config)
+        data, config_seed, served, block_tokens = load_generator_file(config)
         source, base_dir = str(config), config.parent
     else:
-        data, config_seed, aliases, block_tokens = dict(GENERATE_DEFAULTS), None, set(), PREFIX_BLOCK_TOKENS
+        data, config_seed, served, block_tokens = dict(GENERATE_DEFAULTS), None, None, PREFIX_BLOCK_TOKENS
         source, base_dir = "trace generate options", Path.cwd()
     arrivals = dict(data.get("arrivals") or {})
     if process is not None and process != arrivals.get("process"):
@@ -236,16 +272,18 @@ def trace_generate(
     if "mix" not in data:
         raise MmsimError("give the model mix: --mix NAME=WEIGHT,... or --zipf S --models a,b,c")
     generator = _validate(GeneratorConfig, data, source)
-    unknown = [name for name in generator.model_names() if name not in catalogue() and name not in aliases]
-    if unknown:
-        raise MmsimError(f"model {cut(unknown[0])!r} is not a catalogue model (see mmsim models list)",
-                         source=source, field="mix")
+    unserved = [name for name in generator.model_names() if name not in served] if served is not None else []
+    if served is not None and unserved:
+        raise MmsimError(f"model {cut(unserved[0])!r} is not served by this scenario (it serves "
+                         f"{cut(', '.join(sorted(served)), 200)})", source=source, field="mix")
     seed = seed if seed is not None else (config_seed or 0)
     if not 0 <= seed <= 2**63 - 1:
         raise MmsimError(f"the seed must be from 0 to 2**63-1, not {seed}", source=source, field="seed")
     rows = write_trace(generate(generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
                                 field="generator", prefix_block_tokens=block_tokens), target)
     console.print(f"wrote {target}: {rows} requests (seed {seed})", highlight=False, soft_wrap=True)
+    if served is None:
+        note_deployment_names(set(generator.model_names()))
 
 
 @trace_app.command("stats")
@@ -273,10 +311,8 @@ def trace_stats_cmd(
         if plot.suffix.lower() not in PLOT_SUFFIXES:
             raise MmsimError(f"plot file must end in {' or '.join(PLOT_SUFFIXES)}", source=str(plot))
         check_output_file(plot)
-    # Native traces name catalogue models (as trace import and run require); other formats carry their own labels.
     options = ImportOptions(model=model or (path.stem if single_model else None),
-                            model_map=parse_pairs(model_map, "--model-map") if model_map else None,
-                            skip_bad=skip_bad, check_models=fmt == "mmsim" and model is None)
+                            model_map=parse_pairs(model_map, "--model-map") if model_map else None, skip_bad=skip_bad)
     stats = trace_stats(read_trace(path, fmt, options), prefix_block_tokens)
     summary = stats.summary()
     if plot is not None:

@@ -34,6 +34,9 @@ Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
 Length = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
 Weight = Annotated[float, Field(ge=0, le=1e12)]
+MAX_MODEL_NAME_CHARS = 200
+ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)]
+"""A deployment's name as requests address it (a catalogue model, an alias or a config-file model's name)."""
 
 TraceFormat = Literal["mmsim", "azure-2023", "azure-2024", "burstgpt", "mooncake", "length-pairs"]
 """``mmsim`` is the native format (CSV, JSONL or Parquet); the others are importers of public traces."""
@@ -112,7 +115,7 @@ class ZipfMix(Strict):
     """Model popularity following Zipf's law: the k-th model in ``models`` has weight 1 / k**zipf."""
 
     zipf: float = Field(ge=0, le=100)
-    models: list[str] = Field(min_length=1)
+    models: list[ModelName] = Field(min_length=1)
 
     @field_validator("models")
     @classmethod
@@ -204,6 +207,10 @@ class GeneratorConfig(Strict):
     def _check_mix(cls, mix):
         if isinstance(mix, dict) and (not mix or sum(mix.values()) <= 0):
             raise ValueError("mix needs at least one model with a positive share")
+        # Checked here, not by the key's type: a bad key in a union's dict branch is reported as the other branch's.
+        for name in mix if isinstance(mix, dict) else []:
+            if not 1 <= len(name) <= MAX_MODEL_NAME_CHARS:
+                raise ValueError(f"model names are 1 to {MAX_MODEL_NAME_CHARS} characters, not {len(name)}")
         return mix
 
     @model_validator(mode="after")
@@ -244,8 +251,8 @@ class TraceConfig(Strict):
 
     path: str
     format: TraceFormat = "mmsim"
-    model: str | None = None
-    model_map: dict[str, str] | None = None
+    model: ModelName | None = None
+    model_map: dict[str, ModelName] | None = None
     time_scale: Scale = 1.0
     start_s: Instant | None = None
     end_s: Seconds | None = None

@@ -4,7 +4,8 @@ The same steps follow every format's reader: rows must be in time order; the
 time origin is the first row for formats with absolute times (``rebase``),
 time 0 otherwise; the ``start_s``/``end_s`` window is cut (reading stops past
 its end); the window start becomes time 0 and inter-arrival times are
-multiplied by ``time_scale``; model labels are mapped and checked; ``first_id``
+multiplied by ``time_scale``; model labels are mapped (and checked against a
+scenario's deployments when it gives them); ``first_id``
 numbers the rows that come out. Times past ``MAX_TIME_S`` after scaling are
 errors (the engine's clock would lose the precision of its steps).
 """
@@ -17,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.catalogue import catalogue, get_model
 from sim.errors import MmsimError
 from sim.files import check_regular_file, cut
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import take
-from sim.workload.config import MAX_TIME_S
+from sim.workload.config import MAX_MODEL_NAME_CHARS, MAX_TIME_S
 from sim.workload.importers import get_format
 from sim.workload.rows import ImportOptions, RowReport
 
@@ -36,9 +36,11 @@ def check_options(fmt: str, options: ImportOptions) -> None:
         raise MmsimError(f"{fmt} traces have no model column; name the model (--model NAME, or model: in a scenario)")
     if not spec.model_column and options.model_map is not None:
         raise MmsimError(f"{fmt} traces have no model column to map; use --model NAME")
-    if options.check_models:
-        for name in [options.model] if options.model else (options.model_map or {}).values():
-            get_model(name)
+    if options.model is not None and not options.model.strip():
+        raise MmsimError("the model name is empty; give the deployment the requests address (--model NAME)")
+    for name in [options.model] if options.model else (options.model_map or {}).values():
+        if len(name) > MAX_MODEL_NAME_CHARS:
+            raise MmsimError(f"model name {cut(name)!r} is longer than {MAX_MODEL_NAME_CHARS} characters")
     if not (math.isfinite(options.time_scale) and 1e-6 <= options.time_scale <= 1e6):
         raise MmsimError(f"time scale must be a number from 1e-06 to 1e+06, not {options.time_scale}")
     for flag, value in (("start", options.start_s), ("end", options.end_s)):
@@ -61,7 +63,6 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
     path = check_regular_file(Path(path), "trace file")
     report = report if report is not None else RowReport(str(path))
     report.skip_bad = options.skip_bad
-    known = set(catalogue())
     origin_s = None if spec.rebase else 0.0
     latest_s = -np.inf
     start_s = options.start_s or 0.0
@@ -84,7 +85,7 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
         late = chunk.arrival_s > MAX_TIME_S
         chunk = take(chunk, report.check(chunk.extra["line"], [(late, lambda i: f"arrival {chunk.arrival_s[i]:.4g} s "
                                                                         f"(after the time scale) is past {MAX_TIME_S:g} s")]))
-        chunk = _map_models(chunk, spec.model_column, options, report, known)
+        chunk = _map_models(chunk, spec.model_column, options, report)
         chunk.extra = {}
         chunk.first_id = emitted
         emitted += len(chunk)
@@ -95,8 +96,7 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
             return
 
 
-def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions, report: RowReport,
-                known: set[str]) -> RequestChunk:
+def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions, report: RowReport) -> RequestChunk:
     """Apply --model / --model-map to rows that carry model labels; unmapped or unknown labels are bad rows."""
     if not model_column or len(chunk) == 0:
         return chunk
@@ -115,10 +115,10 @@ def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions,
     if options.served_models is not None:
         return _check_labels(chunk, report, options.served_models, "is not served by this scenario; map it with "
                              "model_map, drop its rows with skip_bad: true, or add it to models (served")
-    if options.check_models:
-        return _check_labels(chunk, report, known, "is not a catalogue model; map it with --model-map LABEL=NAME "
-                             "(known")
-    return chunk
+    labels = chunk.model
+    long = _rows_with(labels, {label for label in set(labels.tolist()) if len(label) > MAX_MODEL_NAME_CHARS})
+    return take(chunk, report.check(lines, [(long, lambda i: f"model {cut(labels[i])!r} is longer than "
+                                                             f"{MAX_MODEL_NAME_CHARS} characters (a deployment's name)")]))
 
 
 def _check_labels(chunk: RequestChunk, report: RowReport, allowed, why: str) -> RequestChunk:

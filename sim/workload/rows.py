@@ -24,14 +24,15 @@ class ImportOptions:
     """How to turn a source trace into native requests.
 
     ``model`` names the one model of a single-model trace (or overrides a trace's
-    model column); ``model_map`` maps a trace's model labels to catalogue names.
+    model column); ``model_map`` maps a trace's model labels to deployment names.
     ``start_s``/``end_s`` keep the window [start, end) in seconds after the trace's
     first request (native traces: after time 0); the window start becomes time 0 and
     inter-arrival times are then multiplied by ``time_scale``. ``arrivals`` and
     ``seed`` give length-pair files (which have no times) their arrival process;
-    ``base_dir`` resolves file paths inside ``arrivals``. With ``check_models``,
-    output model names must be catalogue models; with ``served_models``, they
-    must be among those (a scenario's deployments, aliases included).
+    ``base_dir`` resolves file paths inside ``arrivals``. With ``served_models``,
+    output model names must be among those (a scenario's deployments, aliases and
+    config-file models included); without, any label passes: a trace names
+    deployments, which only a scenario defines.
     """
 
     model: str | None = None
@@ -43,7 +44,6 @@ class ImportOptions:
     arrivals: Arrivals | None = None
     seed: int = 0
     base_dir: str | None = None
-    check_models: bool = True
     served_models: frozenset[str] | None = None
 
 

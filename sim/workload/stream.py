@@ -13,12 +13,12 @@ from sim.workload.rows import ImportOptions
 from sim.workload.textfiles import resolve_input
 
 
-def trace_options(trace: TraceConfig, *, seed: int, base_dir: Path | None, check_models: bool = False,
+def trace_options(trace: TraceConfig, *, seed: int, base_dir: Path | None,
                   served_models: frozenset[str] | None = None) -> ImportOptions:
     """The import options a scenario's ``trace:`` entry stands for."""
     return ImportOptions(model=trace.model, model_map=trace.model_map, time_scale=trace.time_scale,
                          start_s=trace.start_s, end_s=trace.end_s, skip_bad=trace.skip_bad, arrivals=trace.arrivals,
-                         seed=seed, base_dir=None if base_dir is None else str(base_dir), check_models=check_models,
+                         seed=seed, base_dir=None if base_dir is None else str(base_dir),
                          served_models=served_models)
 
 
