@@ -171,6 +171,16 @@ def test_weight_benchmarks(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # scratch checkpoints are removed
 
 
+def test_the_roofline_product_shrinks_to_its_time_budget(monkeypatch):
+    # bf16 products on a CPU without native bf16 math ran 2.3 s at size 1024: the timed size must fit the budget.
+    from calibrate import bench_roofline
+
+    monkeypatch.setattr(bench_roofline, "GEMM_BUDGET_S", 1e-9)
+    assert bench_roofline.gemm_flops_per_s(CPU, torch.float32, 1024, 1)[1]["size"] == bench_roofline.GEMM_PROBE_SIZE
+    monkeypatch.setattr(bench_roofline, "GEMM_BUDGET_S", 1e9)
+    assert bench_roofline.gemm_flops_per_s(CPU, torch.float32, 512, 1)[1]["size"] == 512
+
+
 def test_roofline_figures():
     figures = roofline(CPU, torch.float32, 64, MIB, 2)
     assert figures["flops_per_s"] > 1e6 and figures["bandwidth_bytes_per_s"] > 1e6
