@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -17,9 +19,34 @@ def print_json(data: object) -> None:
 
 
 def table(title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> Table:
-    result = Table(title=title, title_justify="left")
-    for column in columns:
-        result.add_column(column, overflow="fold")
-    for row in rows:
-        result.add_row(*(str(cell) for cell in row))
+    """A table whose text cells fold to the terminal's width; a column of short figures keeps them whole (a number
+    broken over two lines reads as two numbers)."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths: list[int | None] = []
+    for index in range(len(columns)):
+        values = [row[index] for row in cells if index < len(row)]
+        widths.append(max(map(len, values)) if values and all(_FIGURE.fullmatch(value) for value in values) else None)
+    result = _table(title, columns, cells, widths)
+    if any(widths) and not _fits(result):
+        return _table(title, columns, cells, [None] * len(columns))  # whole figures would crop the right columns
     return result
+
+
+def _fits(result: Table) -> bool:
+    """Whether ``result`` renders within the console's width: its top border ends in its corner, not cropped."""
+    probe = Console(width=console.width, file=io.StringIO(), color_system=None)
+    probe.print(result)
+    top = next((line for line in probe.file.getvalue().splitlines() if line.strip()), "")  # type: ignore[attr-defined]
+    return top.rstrip().endswith("┓")
+
+
+def _table(title: str, columns: list[str], cells: list[list[str]], min_widths: list[int | None]) -> Table:
+    result = Table(title=title, title_justify="left")
+    for column, width in zip(columns, min_widths):
+        result.add_column(column, overflow="fold", min_width=width)
+    for row in cells:
+        result.add_row(*row)
+    return result
+
+
+_FIGURE = re.compile(r"[-+$]?[\d.,]{1,12}(e[-+]?\d+)?[%x×]?|-|—")

@@ -56,9 +56,14 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
         figures = {"slo_attainment": ("SLO att.", ".3f"), "goodput_requests_per_s": ("goodput req/s", ".3f"),
                    "throughput_tokens_per_s": ("tok/s", ".1f"), "cost_usd": ("cost $", ".4f"),
                    "cost_per_1k_requests_usd": ("$ / 1k req", ".4f"), "gpu_hours": ("GPU-h", ".3f")}
-        rows = [[row["run_id"], *(row[a] for a in spec.axes), row["status"], *(_fmt(row[f], form) for f, (_, form) in figures.items())]
-                for row in index.to_dict("records")]
-        console.print(table(f"Sweep {spec.name}", ["run", *spec.axes, "status", *(label for label, _ in figures.values())], rows))
+        # The run ids (the axes' values and a hash) are in the index; here the axes stand for them, and the status
+        # column only when a run failed (the line below counts them).
+        records = index.to_dict("records")
+        status = ["status"] if any(row["status"] != "ok" for row in records) else []
+        rows = [[*(row[a] for a in spec.axes), *(row[s] for s in status), *(_fmt(row[f], form) for f, (_, form) in figures.items())]
+                for row in records]
+        console.print(table(f"Sweep {spec.name}", [*axis_labels(list(spec.axes)), *status,
+                                                   *(label for label, _ in figures.values())], rows))
     console.print(f"{outcome['ran']} run(s), {outcome['skipped']} already done, {outcome['failed']} failed; "
                   f"wall {outcome['wall_s']:.1f} s for {outcome['run_seconds']:.1f} s of runs; index: [bold]{out / 'index.csv'}[/]")
     if outcome["failed"]:
@@ -287,3 +292,10 @@ def _pareto(scenario: Path, scalers: list[str], names: list[str], seed_values: l
     console.print(table(f"Cost vs SLO attainment ({len(seed_values)} seed(s), load {load:g}×)",
                         ["policy", "autoscaler", "attainment", "$ / 1k req", "cost $", "GPU-hours", "Pareto", "failed"], cells))
     console.print(f"page: [bold]{page}[/]")
+
+
+def axis_labels(axes: list[str]) -> list[str]:
+    """Column labels of the sweep's axes: each dotted path's last part (``workload.generator.duration_s`` reads as
+    ``duration_s``; ``policy.name`` as ``policy``), the whole path where two axes would share one."""
+    last = [axis.rsplit(".", 2)[-2] if axis.endswith(".name") else axis.rsplit(".", 1)[-1] for axis in axes]
+    return [short if last.count(short) == 1 else axis for axis, short in zip(axes, last)]

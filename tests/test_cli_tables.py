@@ -1,0 +1,38 @@
+"""The CLI's tables: whole figures where they fit, never a cropped table where they do not."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from sim.cli import common
+from sim.cli.sweep_cmds import axis_labels
+
+COLUMNS = ["policy", "seed", "load", "duration_s", "SLO att.", "goodput req/s", "tok/s", "cost $", "$ / 1k req", "GPU-h"]
+ROW = ["swap-aware", "1", "0.5", "120", "0.815", "0.678", "170.9", "0.2164", "1.2961", "0.271"]
+
+
+def rendered(monkeypatch, width: int) -> list[str]:
+    monkeypatch.setattr(common, "console", Console(width=width, file=io.StringIO(), color_system=None))
+    out = Console(width=width, file=io.StringIO(), color_system=None)
+    out.print(common.table("Sweep", COLUMNS, [ROW, ROW]))
+    return [line.rstrip() for line in out.file.getvalue().splitlines()]
+
+
+def test_figures_stay_whole_where_the_table_fits(monkeypatch):
+    lines = rendered(monkeypatch, 110)
+    assert lines[1].endswith("┓") and all(figure in "\n".join(lines) for figure in ROW)
+
+
+def test_a_table_too_wide_for_whole_figures_folds_them_rather_than_cropping(monkeypatch):
+    # With every figure's width fixed, rich cut the table's right-hand columns (GPU-h lost) at 80 columns.
+    for width in (80, 60):
+        lines = rendered(monkeypatch, width)
+        assert lines[1].endswith("┓") and all(len(line) <= width for line in lines)
+        assert all(line.endswith(("┃", "│", "┩", "┘", "┓")) for line in lines[1:])
+
+
+def test_sweep_axis_labels_are_short_and_distinct():
+    assert axis_labels(["policy.name", "seed", "workload.generator.duration_s"]) == ["policy", "seed", "duration_s"]
+    assert axis_labels(["a.rate_per_s", "b.rate_per_s"]) == ["a.rate_per_s", "b.rate_per_s"]
