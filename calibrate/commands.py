@@ -79,6 +79,8 @@ def calibrate_command(gpu: int | None, device: str | None, models: str | None, q
                   f"host {weights.from_host.bandwidth_bytes_per_s / 1e9:.2f} GB/s; "
                   f"unload {weights.unload.fixed_s:.3f} s + {weights.unload.seconds_per_gib:.4f} s/GiB", highlight=False)
     console.print(profile.hardware.software["interconnect"], highlight=False)
+    if "cpu_dtype" in profile.hardware.software:
+        console.print(f"[bold yellow]note:[/] {profile.hardware.software['cpu_dtype']}", highlight=False)
     console.print(f"wrote {path} in {elapsed:.1f} s", highlight=False)
     return path
 

@@ -17,7 +17,7 @@ import torch
 
 from calibrate.bench_compute import bench_model, reference_batch
 from calibrate.bench_interconnect import activation_sizes_bytes, node_interconnect
-from calibrate.bench_roofline import roofline
+from calibrate.bench_roofline import gemm_flops_per_s, roofline
 from calibrate.bench_transfer import bench_link, link_fits, pinned_options
 from calibrate.bench_weights import bench_load_disk, bench_load_host, bench_unload
 from calibrate.build import DeviceResults, Measurements, assemble_profile
@@ -80,6 +80,7 @@ def _measure_all(request: Request, plan: Plan, tick: Tick) -> dict:
     device_roof = roofline(device, torch.bfloat16, plan.gemm_size, plan.bandwidth_bytes, plan.roofline_repeats)
     cpu_plan = plan.cpu or plan.device
     cpu_roof = roofline(CPU, dtype, min(plan.gemm_size, CPU_GEMM_SIZE), min(plan.bandwidth_bytes, 2**30), plan.roofline_repeats)
+    cpu_dtype_line = cpu_dtype_note(request.dtype, dtype, cpu_roof["flops_per_s"], plan.roofline_repeats)
     tick("roofline: GEMM and memory bandwidth")
 
     on_device, on_cpu = {}, {}
@@ -108,7 +109,8 @@ def _measure_all(request: Request, plan: Plan, tick: Tick) -> dict:
 
     measurements = Measurements(
         device_type=device.type, dtype=request.dtype, gpu=gpu, cpu=cpu,
-        software=software_versions(device, request.plan_name) | {"interconnect": interconnect_line},
+        software=software_versions(device, request.plan_name) | {"interconnect": interconnect_line}
+        | ({"cpu_dtype": cpu_dtype_line} if cpu_dtype_line else {}),
         device_roofline=device_roof, cpu_roofline=cpu_roof,
         device_reference=reference_point(plan.device), cpu_reference=reference_point(cpu_plan),
         specs={spec.name: spec for spec in request.models}, on_device=on_device, on_cpu=on_cpu,
@@ -120,6 +122,19 @@ def _measure_all(request: Request, plan: Plan, tick: Tick) -> dict:
                    f"({request.plan_name} plan, {request.dtype}, models: {', '.join(s.name for s in request.models)})")
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return assemble_profile(measurements, name, description, created)
+
+
+def cpu_dtype_note(name: str, dtype: torch.dtype, half_flops_per_s: float, repeats: int) -> str | None:
+    """A line for a CPU whose half-precision products run at under a tenth of its fp32 ones (no native fp16/bf16 math:
+    AVX2 here, 1.4 against 166 GFLOP/s): the profile then prices CPU layers in ``name`` at torch's slow path there."""
+    if dtype == torch.float32:
+        return None
+    fp32_flops_per_s, _ = gemm_flops_per_s(CPU, torch.float32, CPU_GEMM_SIZE, repeats)
+    if half_flops_per_s * 10 >= fp32_flops_per_s:
+        return None
+    return (f"this CPU runs {name} products at {half_flops_per_s / 1e9:.1f} GFLOP/s against {fp32_flops_per_s / 1e9:.0f} "
+            f"in fp32 (no native {name} math): its {name} CPU layers are priced at that speed; an engine on such a CPU "
+            "computes in fp32 (vLLM's CPU build does): calibrate with --dtype fp32 to price that")
 
 
 def default_name(device_name: str) -> str:

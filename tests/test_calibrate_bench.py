@@ -275,3 +275,14 @@ def test_validate_rejects_impossible_shapes(tiny_profile):
         validate(profile, TINY, CPU, LoopShape(2, 3, 1, 4, 2), 1)
     with pytest.raises(MmsimError, match="too many"):
         validate(profile, TINY, CPU, LoopShape(5, 0, 1, 4, 2), 1)
+
+
+def test_a_cpu_without_fast_half_precision_is_named():
+    # On an AVX2 CPU fp16 products ran at 1.4 GFLOP/s against 166 in fp32: the profile would price fp16 CPU layers at
+    # torch's slow path, silently.
+    from calibrate.run import cpu_dtype_note
+
+    note = cpu_dtype_note("fp16", torch.float16, 1.0, 1)
+    assert note is not None and "fp16 products at 0.0 GFLOP/s" in note and "--dtype fp32" in note
+    assert cpu_dtype_note("fp16", torch.float16, 1e18, 1) is None
+    assert cpu_dtype_note("fp32", torch.float32, 1.0, 1) is None
