@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from collections.abc import Sequence
@@ -34,9 +33,10 @@ def table(title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> T
 
 def _fits(result: Table) -> bool:
     """Whether ``result`` renders within the console's width: its top border ends in its corner, not cropped."""
-    probe = Console(width=console.width, file=io.StringIO(), color_system=None)
-    probe.print(result)
-    top = next((line for line in probe.file.getvalue().splitlines() if line.strip()), "")  # type: ignore[attr-defined]
+    probe = Console(width=console.width, color_system=None)
+    with probe.capture() as captured:
+        probe.print(result)
+    top = next((line for line in captured.get().splitlines() if line.strip()), "")
     return top.rstrip().endswith("┓")
 
 
