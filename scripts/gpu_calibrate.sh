@@ -3,6 +3,11 @@
 # against real torch decode loops; everything lands in $OUT. Budget: about 8 minutes on one H200
 # (calibration under 6, validation under 2); the script stops itself at 9.
 #
+# A preflight step times the host CPU's products first: the host-CPU layers (what offload is priced from) run in the
+# profile's dtype, and a CPU without native half-precision math runs them at ~1 GFLOP/s (an AVX2 EPYC here), where
+# the three models' host grids (about 1 TFLOP) would take the whole budget. It picks bf16 (what H200 serving runs)
+# or fp16, whichever the CPU runs natively, and drops the largest models whose host grids would not fit.
+#
 #   bash scripts/gpu_calibrate.sh                 # on the GPU machine, from the repository root
 #   bash scripts/gpu_calibrate.sh --fetch-wheels  # beforehand, on a machine with PyPI (see below)
 #
@@ -52,27 +57,72 @@ nvidia-smi -q >"$OUT/nvidia-smi.txt" 2>&1 || echo "nvidia-smi did not answer" >"
 
 SCRATCH=$(mktemp -d /var/tmp/mmsim-calibrate.XXXXXX)
 trap 'rm -rf "$SCRATCH"' EXIT
-MODELS=qwen2.5-3b,qwen3-8b,qwen2.5-14b
 started=$SECONDS
 
-timeout 400 python3 - "$OUT/profile.json" "$SCRATCH" "$MODELS" <<'PY' 2>&1 | tee "$OUT/calibrate.log"
+read -r DTYPE MODELS < <(python3 - <<'PY' 2>>"$OUT/calibrate.log"
+import sys
+import time
+
+import torch
+
+from calibrate.plan import HOST_CPU_NEXT_TO_GPU as GRID
+from sim.catalogue import get_model
+
+MODELS = ("qwen2.5-3b", "qwen3-8b", "qwen2.5-14b")
+
+
+def host_grid_flop(name):
+    """FLOP of one model's host-CPU grid, warm-up rounds included (attention over the short contexts left out)."""
+    spec = get_model(name)
+    rows = sum(GRID.prefill_tokens) + sum(GRID.decode_batches) * len(GRID.decode_contexts)
+    per_round = 2 * spec.layer_params * rows + 2 * spec.lm_head_params * sum(GRID.decode_batches)
+    return per_round * (GRID.warmup + GRID.repeats)
+
+
+BUDGET_S = 120
+
+
+def flops_per_s(dtype, size=512):
+    a = torch.randn(size, size).to(dtype)
+    torch.matmul(a, a)
+    began = time.perf_counter()
+    torch.matmul(a, a)
+    return 2 * size**3 / (time.perf_counter() - began)
+
+
+rates = {name: flops_per_s(dtype) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16),
+                                                      ("fp16", torch.float16))}
+print("host CPU GFLOP/s: " + ", ".join(f"{name} {rate / 1e9:.1f}" for name, rate in rates.items()), file=sys.stderr)
+dtype = max(("bf16", "fp16"), key=lambda name: (rates[name] * 10 >= rates["fp32"], name == "bf16"))
+models, spent = [], 0.0
+for model, flop in ((name, host_grid_flop(name)) for name in MODELS):
+    if spent + flop / rates[dtype] <= BUDGET_S or not models:
+        models.append(model)
+        spent += flop / rates[dtype]
+print(f"calibrating {', '.join(models)} in {dtype}: host-CPU grids about {spent:.0f} s", file=sys.stderr)
+print(dtype, ",".join(models))
+PY
+)
+[[ -n "${MODELS:-}" ]] || { echo "the preflight step failed: see $OUT/calibrate.log" >&2; exit 2; }
+
+timeout 400 python3 - "$OUT/profile.json" "$SCRATCH" "$MODELS" "$DTYPE" <<'PY' 2>&1 | tee -a "$OUT/calibrate.log"
 import sys
 from pathlib import Path
 
 from calibrate.commands import calibrate_command
 from sim.errors import MmsimError
 
-out, scratch, models = sys.argv[1:]
+out, scratch, models, dtype = sys.argv[1:]
 try:
-    calibrate_command(gpu=0, device=None, models=models, quick=False, out=Path(out), dtype="fp16", workdir=Path(scratch))
+    calibrate_command(gpu=0, device=None, models=models, quick=False, out=Path(out), dtype=dtype, workdir=Path(scratch))
 except MmsimError as error:
     sys.exit(f"error: {error}")
 PY
 echo "calibration took $((SECONDS - started)) s" | tee -a "$OUT/calibrate.log"
 
-# Validation: all-GPU decode of 8 layers of each model at batch 16 (the batch the LM head cost is quoted at),
-# then Qwen3-8B with 2 of its 8 layers on the CPU to check the offload formula.
-timeout 140 python3 - "$OUT/profile.json" "$OUT/validation.json" <<'PY' 2>&1 | tee -a "$OUT/calibrate.log"
+# Validation: all-GPU decode of 8 layers of each calibrated model at batch 16 (the batch the LM head cost is quoted
+# at), then Qwen3-8B (else the one model) with 2 of its 8 layers on the CPU to check the offload formula.
+timeout 140 python3 - "$OUT/profile.json" "$OUT/validation.json" "$MODELS" <<'PY' 2>&1 | tee -a "$OUT/calibrate.log"
 import json
 import os
 import sys
@@ -80,9 +130,9 @@ import sys
 from calibrate.commands import validate_command
 from calibrate.validate import LoopShape
 
-profile, out = sys.argv[1:]
-runs = [("qwen2.5-3b", LoopShape(8, 0, 16, 512, 64)), ("qwen3-8b", LoopShape(8, 0, 16, 512, 64)),
-        ("qwen2.5-14b", LoopShape(8, 0, 16, 512, 64)), ("qwen3-8b", LoopShape(8, 2, 4, 128, 32))]
+profile, out, models = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+runs = [(model, LoopShape(8, 0, 16, 512, 64)) for model in models]
+runs.append(("qwen3-8b" if "qwen3-8b" in models else models[0], LoopShape(8, 2, 4, 128, 32)))
 results = []
 for model, shape in runs:
     results.append(validate_command(profile, model, None, shape, repeats=5, as_json=False, record=False))

@@ -7,9 +7,11 @@ from __future__ import annotations
 import inspect
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import calibrate.commands
 import calibrate.vllm_commands
@@ -27,11 +29,34 @@ CALLED = {  # what each step may call, and a result of the shape the step reads
 }
 
 
-def test_the_script_has_its_three_steps():
-    assert len(STEPS) == 3
+def test_the_script_has_its_four_steps():
+    assert len(STEPS) == 4
 
 
-@pytest.mark.parametrize("step", range(3))
+@pytest.mark.parametrize(("seconds_per_product", "printed"), [
+    ({"float32": 0.002, "bfloat16": 0.05, "float16": 0.004}, "fp16 qwen2.5-3b,qwen3-8b,qwen2.5-14b"),
+    ({"float32": 0.002, "bfloat16": 0.05, "float16": 0.05}, "bf16 qwen2.5-3b,qwen3-8b"),
+    ({"float32": 0.002, "bfloat16": 2.0, "float16": 2.0}, "bf16 qwen2.5-3b"),
+    ({"float32": 0.002, "bfloat16": 0.003, "float16": 0.003}, "bf16 qwen2.5-3b,qwen3-8b,qwen2.5-14b"),
+])
+def test_the_preflight_picks_a_native_dtype_and_the_models_whose_host_grids_fit(seconds_per_product, printed,
+                                                                                monkeypatch, capsys):
+    """A 512-square product in t seconds runs at 2 * 512**3 / t FLOP/s: 0.05 s is 5.4 GFLOP/s against fp32's 134,
+    so that dtype is not native; at 5.4 GFLOP/s the 3B and 8B grids (0.12 + 0.36 TFLOP, 90 s) fit the 120 s budget
+    and the 14B one (0.51 TFLOP) does not; at 0.13 GFLOP/s only the first model is kept."""
+    clock = [0.0]
+
+    def product(a, b):
+        clock[0] += seconds_per_product[str(a.dtype).removeprefix("torch.")]
+        return a
+
+    monkeypatch.setattr(torch, "matmul", product)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    exec(compile(STEPS[0], f"{SCRIPT.name} step 1", "exec"), {"__name__": "__main__"})
+    assert capsys.readouterr().out.strip() == printed
+
+
+@pytest.mark.parametrize("step", range(1, 4))
 def test_each_step_calls_the_api_as_it_is(step, tmp_path, monkeypatch):
     calls = []
     for (module, name), result in CALLED.items():
@@ -45,7 +70,8 @@ def test_each_step_calls_the_api_as_it_is(step, tmp_path, monkeypatch):
         monkeypatch.setattr(module, name, stand_in)
     profile, out = tmp_path / "profile.json", tmp_path / "out"
     out.mkdir()
-    arguments = [[profile, tmp_path, "qwen2.5-3b,qwen3-8b"], [profile, out / "validation.json"], [profile, out]][step]
+    arguments = [[profile, tmp_path, "qwen2.5-3b,qwen3-8b", "bf16"], [profile, out / "validation.json", "qwen2.5-3b"],
+                 [profile, out]][step - 1]
     monkeypatch.setattr(sys, "argv", ["-", *map(str, arguments)])  # as the script hands them over
     with wall_clock_limit(60):
         exec(compile(STEPS[step], f"{SCRIPT.name} step {step + 1}", "exec"), {"__name__": "__main__"})
