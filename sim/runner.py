@@ -2,13 +2,16 @@
 
 A run folder is written into a fresh temporary folder beside its target and
 renamed into place at the end, so a killed run never leaves a folder mixing new
-and old files. A folder holding a finished run (``summary.json``) is only
-replaced when asked (``replace=True``, the CLI's ``--force``); a folder that
-holds anything other than run files is never replaced.
+and old files. A folder holding a finished run (``summary.json``) of another
+scenario, policy or seed is only replaced when asked (``replace=True``, the
+CLI's ``--force``); one holding the same run is run again (the same command
+twice, or ``compare`` after ``run``); a folder that holds anything other than
+run files is never replaced.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -73,8 +76,10 @@ def check_run_size(scenario: Scenario, base_dir: Path, source: str | None = None
                          source=source, field="workload.generator")
 
 
-def check_run_dir(out_dir: Path, replace: bool) -> None:
-    """Before any work: ``out_dir`` must be creatable, and a finished run in it replaced only if asked."""
+def check_run_dir(out_dir: Path, replace: bool, scenario_data: dict | None = None) -> None:
+    """Before any work: ``out_dir`` must be creatable, and a finished run in it replaced only if asked or if it is
+    this same run (its scenario.json is ``scenario_data``: rerunning it makes the same run, from inputs as they are
+    now)."""
     out_dir = Path(out_dir)
     check_output_dir(out_dir)
     if not out_dir.is_dir():
@@ -83,9 +88,20 @@ def check_run_dir(out_dir: Path, replace: bool) -> None:
     if entries - RUN_FILES:
         raise MmsimError(f"holds files that are not a run's (e.g. {sorted(entries - RUN_FILES)[0]}); "
                          "give an empty or new folder", source=str(out_dir))
-    if "summary.json" in entries and not replace:
-        raise MmsimError("already holds a finished run; use --force to replace it, or another --out",
-                         source=str(out_dir))
+    if "summary.json" in entries and not replace and not _same_run(out_dir, scenario_data):
+        raise MmsimError("already holds a finished run of another scenario, policy or seed; use --force to replace "
+                         "it, or another --out", source=str(out_dir))
+
+
+def _same_run(out_dir: Path, scenario_data: dict | None) -> bool:
+    """Whether the run in ``out_dir`` was made from ``scenario_data`` (as its scenario.json records it)."""
+    if scenario_data is None:
+        return False
+    try:
+        recorded = json.loads((out_dir / "scenario.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return bool(recorded == json.loads(json.dumps(scenario_data, default=str)))
 
 
 def write_run_folder(result: RunResult, out_dir: Path, scenario_data: dict | None = None) -> Path:
@@ -144,7 +160,8 @@ def run_scenario(path: Path, *, policy: str | None = None, seed: int | None = No
     policy_name = policy or scenario.policy.name
     seed = scenario.seed if seed is None else seed
     out_dir = Path(out_dir) if out_dir else default_run_dir(scenario, policy_name, seed)
-    check_run_dir(out_dir, replace)
+    scenario_data = effective_scenario(scenario, policy, seed)
+    check_run_dir(out_dir, replace, scenario_data)
     check_run_size(scenario, path.parent, str(path))
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   transient=True, disable=not show_progress) as progress:
@@ -156,7 +173,7 @@ def run_scenario(path: Path, *, policy: str | None = None, seed: int | None = No
             if error.field is not None and error.source is None:  # a field checked as the run builds the cluster
                 error.source = str(path)
             raise
-    write_run_folder(result, out_dir, effective_scenario(scenario, policy, seed))
+    write_run_folder(result, out_dir, scenario_data)
     return result, out_dir
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import html5lib
 import pytest
@@ -103,12 +104,36 @@ def test_report_refuses_a_folder_without_runs(tmp_path):
         CliRunner().invoke(app, ["report", str(tmp_path)], catch_exceptions=False)
 
 
-def test_compare_never_replaces_a_finished_run_without_force(compared):
-    _, _, root = compared
-    scenario = root / "tiny.yaml"
-    with pytest.raises(MmsimError, match="already holds a finished run"):
-        compare(scenario, ["static"], seeds=1, out=root / "again.html", runs_dir=root / "runs", show_progress=False)
-    assert not (root / "again.html").exists()
+def test_compare_never_replaces_a_finished_run_of_another_scenario_without_force(tmp_path):
+    scenario = tmp_path / "tiny.yaml"
+    short = {**SCENARIO, "workload": {"generator": {**SCENARIO["workload"]["generator"], "duration_s": 5}}}
+    scenario.write_text(yaml.safe_dump(short))
+    compare(scenario, ["static"], out=tmp_path / "first.html", runs_dir=tmp_path / "runs", show_progress=False)
+    scenario.write_text(yaml.safe_dump({**short, "engine": {"max_num_seqs": 16}}))  # same name, another scenario
+    with pytest.raises(MmsimError, match="already holds a finished run of another scenario"):
+        compare(scenario, ["static"], out=tmp_path / "again.html", runs_dir=tmp_path / "runs", show_progress=False)
+    assert not (tmp_path / "again.html").exists()
+    compare(scenario, ["static"], out=tmp_path / "again.html", runs_dir=tmp_path / "runs", show_progress=False,
+            force=True)
+    assert (tmp_path / "again.html").is_file()
+
+
+def test_the_next_command_a_run_prints_runs_beside_it(tmp_path, monkeypatch):
+    """`mmsim run` prints a `compare` to try next; it runs the same (scenario, policy, seed) again into the run's
+    own folder, which is the same run made again, not a folder to refuse. The same run twice is also allowed."""
+    monkeypatch.chdir(tmp_path)
+    short = {**SCENARIO, "workload": {"generator": {**SCENARIO["workload"]["generator"], "duration_s": 5}}}
+    Path("tiny.yaml").write_text(yaml.safe_dump(short))
+    runner = CliRunner()
+    first = runner.invoke(app, ["run", "tiny.yaml", "--policy", "static"], env={"COLUMNS": "200"})
+    assert first.exit_code == 0, first.output
+    folder = Path("reports/runs/tiny-static-paper-rtx5000-s3")
+    requests = (folder / "requests.parquet").read_bytes()
+    hint = next(line for line in first.output.splitlines() if line.startswith("next: mmsim compare "))
+    again = runner.invoke(app, hint.removeprefix("next: mmsim ").split(), env={"COLUMNS": "200"})
+    assert again.exit_code == 0, again.output
+    assert (folder / "requests.parquet").read_bytes() == requests  # deterministic for its seed
+    assert runner.invoke(app, ["run", "tiny.yaml", "--policy", "static"]).exit_code == 0
 
 
 def test_compare_prints_the_verdict_and_ranking_before_the_path(tmp_path):

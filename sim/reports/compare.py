@@ -28,8 +28,9 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
             runs_dir: Path = Path("reports/runs"), mode: str = "fast", show_progress: bool = True,
             threshold: float = DROP_THRESHOLD, force: bool = False) -> tuple[Path, list[RunData]]:
     """Simulate ``scenario_path`` under each policy for seeds scenario.seed … +seeds-1, write each run folder
-    and the HTML report; returns the report path and the runs. A folder holding a finished run is replaced only
-    with ``force``, and every folder is checked before the first run starts."""
+    and the HTML report; returns the report path and the runs. A folder holding a finished run of another scenario,
+    policy or seed is replaced only with ``force`` (one of the same run is run again), and every folder is checked
+    before the first run starts."""
     from sim.policies.registry import get_policy_class
     from sim.runner import check_run_dir, effective_scenario, write_run_folder
     from sim.simulation import simulate
@@ -53,7 +54,7 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
             raise MmsimError(f"--policies names {policy!r} and {folders[folder]!r}, whose runs share the folder "
                              f"{folder}; give each policy once")
         folders[folder] = policy
-        check_run_dir(folder, replace=force)
+        check_run_dir(folder, force, effective_scenario(scenario, policy, seed))
     runs: list[RunData] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not show_progress) as progress:
