@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sim.policies.base import mypyc_attr
 from sim.policies.registry import register
-from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
+from sim.policies.swap_aware import SwapAwarePolicy
 
 if TYPE_CHECKING:
     from sim.engine.gpu import Gpu
@@ -64,7 +64,7 @@ class OffloadAwarePolicy(SwapAwarePolicy):
             return not live or not any(i.gpu_share >= 1.0 for i in live)
 
         models = [m for m in range(len(view.model_names)) if blocked(m)]
-        return sorted(models, key=lambda m: (-pending_gain_s(view, m), m))
+        return sorted(models, key=lambda m: (-self.gain_s(view, m), m))
 
     def place_in_free_memory(self, view: ClusterView, model: int) -> bool:
         if super().place_in_free_memory(view, model):

@@ -40,10 +40,10 @@ class PrefixSwapAwarePolicy(SwapAwarePolicy):
             self.last_used_s[target.uid] = view.now
         return target
 
-    def eviction_cost_s(self, view: ClusterView, victim: Instance) -> float:
+    def eviction_cost_s(self, view: ClusterView, victim: Instance, reload_s: float | None = None) -> float:
         """swap-aware's cost, plus the prefill of the cached prompt blocks an unload would lose when the node's
         RAM cannot keep them."""
-        cost = super().eviction_cost_s(view, victim)
+        cost = super().eviction_cost_s(view, victim, reload_s)
         cached = view.cached_prefix_bytes(victim)
         if cached and not view.host_room_for(victim.gpu.node, cached):
             tokens = cached // victim.block_bytes * view.config.block_size

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sim.policies.base import QueueOrder, mypyc_attr, sort_queue
 from sim.policies.fcfs_swap import unblock, youngest_victim
 from sim.policies.registry import register
-from sim.policies.swap_aware import SwapAwarePolicy, pending_gain_s
+from sim.policies.swap_aware import SwapAwarePolicy
 
 if TYPE_CHECKING:
     from sim.engine.instance import Instance
@@ -111,7 +111,7 @@ class SloAwarePolicy(SwapAwarePolicy):
             slo = view.slo(model)
             return sum(1 for r in view.pending(model) if deadline_s(r, slo) >= ready_by)
 
-        return sorted(absent, key=lambda m: (-savable(m), -pending_gain_s(view, m), m))
+        return sorted(absent, key=lambda m: (-savable(m), -self.gain_s(view, m), m))
 
 
 register(SloAwarePolicy)  # by a call, not a decorator: mypyc compiles only undecorated classes to native ones

@@ -154,6 +154,7 @@ class SwapAwarePolicy(Policy):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self.rechecks = Rechecks()
+        self.plan_gains: dict[int, float] | None = None  # each candidate's gain, kept while a plan runs
         # Last time a request was routed to or finished on an instance: the same moments in
         # fast-forward and per-iteration mode, unlike step times.
         self.last_used_s: dict[int, float] = {}
@@ -206,7 +207,18 @@ class SwapAwarePolicy(Policy):
     def candidates(self, view: ClusterView) -> list[int]:
         """Absent models with pending requests, most gain first."""
         absent = [m for m in range(len(view.model_names)) if view.pending_count(m) and not view.instances_of(m)]
-        return sorted(absent, key=lambda m: (-pending_gain_s(view, m), m))
+        return sorted(absent, key=lambda m: (-self.gain_s(view, m), m))
+
+    def gain_s(self, view: ClusterView, model: int) -> float:
+        """``pending_gain_s``, computed once per model in a plan (for its candidates' order, then to weigh a swap):
+        a model's pending requests change within a plan only when it is loaded, and then it is not weighed again."""
+        gains = self.plan_gains
+        if gains is None:
+            return pending_gain_s(view, model)
+        gain = gains.get(model)
+        if gain is None:
+            gain = gains[model] = pending_gain_s(view, model)
+        return gain
 
     def load_full(self, view: ClusterView, model: int) -> bool:
         """Load all of ``model`` where its weights and KV reserve already fit (costs no eviction); whether it did."""
@@ -236,12 +248,15 @@ class SwapAwarePolicy(Policy):
             for node in set(nodes))
         return parallel_load_s(victim.costs.reload_s(victim.gpu_share, from_host), nodes, from_host)
 
-    def eviction_cost_s(self, view: ClusterView, victim: Instance) -> float:
+    def eviction_cost_s(self, view: ClusterView, victim: Instance, reload_s: float | None = None) -> float:
+        """What evicting ``victim`` costs its requests (``reload_s``: its ``victim_reload_s``, when known)."""
         held = len(held_requests(victim))
         if held == 0:
             return victim.costs.unload_s(victim.gpu_share)
+        if reload_s is None:
+            reload_s = self.victim_reload_s(view, victim)
         # Each held request is paused for the unload, the newcomer's minimum residency and the reload.
-        return held * (victim.costs.unload_s(victim.gpu_share) + self.victim_reload_s(view, victim) + self.min_residency_s)
+        return held * (victim.costs.unload_s(victim.gpu_share) + reload_s + self.min_residency_s)
 
     def victims_for(self, view: ClusterView, model: int) -> tuple[list[Instance] | None, float, float]:
         """The instances to evict for ``model`` (see the module rule; usually one, several on one GPU when no single
@@ -263,10 +278,10 @@ class SwapAwarePolicy(Policy):
                 if view.now < settled_at:
                     wait_until = min(wait_until, settled_at)
                     continue
-                drain = drain_s(view, instance)
-                if drain < self.victim_reload_s(view, instance):
+                drain, reload_s = drain_s(view, instance), self.victim_reload_s(view, instance)
+                if drain < reload_s:
                     continue  # about to finish: its completion re-plans
-                busy_cost_s[instance.uid] = self.eviction_cost_s(view, instance)
+                busy_cost_s[instance.uid] = self.eviction_cost_s(view, instance, reload_s)
                 eligible.append((1, busy_cost_s[instance.uid], -drain, instance.uid, instance))
             group = eviction_group(view, model, [entry[-1] for entry in sorted(eligible)], reserve)
             if group is not None:
@@ -282,10 +297,17 @@ class SwapAwarePolicy(Policy):
         """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties
         (``victims_cost_s``: their eviction costs added up)."""
         cost_s = load_s(view, model, victims[0].gpu) * view.pending_count(model) + victims_cost_s
-        return pending_gain_s(view, model) >= self.benefit_ratio * cost_s
+        return self.gain_s(view, model) >= self.benefit_ratio * cost_s
 
     def plan(self, view: ClusterView) -> None:
         """Load absent models into free memory or in place of idle instances; swap one in for a busy one when it pays."""
+        self.plan_gains = {}
+        try:
+            self._plan(view)
+        finally:
+            self.plan_gains = None
+
+    def _plan(self, view: ClusterView) -> None:
         waiting = False
         for model in self.candidates(view):
             if self.place_in_free_memory(view, model):
