@@ -107,8 +107,14 @@ def test_an_unknown_autoscaler_on_the_command_line_is_exit_2(tmp_path):
 def test_an_autoscaler_file_named_in_a_scenario_needs_permission(tmp_path):
     scenario = tmp_path / "ok.yaml"
     scenario.write_text(json.dumps(scenario_dict(autoscaler={"name": f"{tmp_path}/mine.py:Mine"})))
+    (tmp_path / "mine.py").write_text("from pathlib import Path\nPath(__file__).with_name('ran').write_text('yes')\n")
     code, output = cli("run", scenario, "--out", tmp_path / "out")
     assert code == 2 and "--allow-policy-files" in output
+    # compare runs the policies it is given, but the scenario's autoscaler all the same (it ran the file unasked)
+    code, output = cli("compare", scenario, "--policies", "static", "--runs-dir", tmp_path / "runs",
+                       "--out", tmp_path / "r.html")
+    assert code == 2 and "--allow-policy-files" in output, output
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "r.html").exists()
 
 
 def test_autoscalers_are_listed():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -134,6 +135,30 @@ def test_the_next_command_a_run_prints_runs_beside_it(tmp_path, monkeypatch):
     assert again.exit_code == 0, again.output
     assert (folder / "requests.parquet").read_bytes() == requests  # deterministic for its seed
     assert runner.invoke(app, ["run", "tiny.yaml", "--policy", "static"]).exit_code == 0
+
+
+def test_the_next_command_keeps_the_runs_profile_seed_and_autoscaler(tmp_path, monkeypatch):
+    """A run on another profile (a calibrated one, say) and seed suggests a comparison on that profile from that
+    seed, which remakes the run itself in place; a path with a space in it comes back quoted for a shell."""
+    monkeypatch.chdir(tmp_path)
+    short = {**SCENARIO, "workload": {"generator": {**SCENARIO["workload"]["generator"], "duration_s": 5}}}
+    Path("my scenarios").mkdir()
+    Path("my scenarios/tiny.yaml").write_text(yaml.safe_dump(short))
+    runner = CliRunner()
+    first = runner.invoke(app, ["run", "my scenarios/tiny.yaml", "--policy", "static", "--profile", "paper-a6000",
+                                "--seed", "9", "--autoscaler", "none"], env={"COLUMNS": "300"})
+    assert first.exit_code == 0, first.output
+    hint = next(line for line in first.output.splitlines() if line.startswith("next: mmsim compare "))
+    words = shlex.split(hint.removeprefix("next: "))
+    assert words[2] == "my scenarios/tiny.yaml"
+    assert words[words.index("--profile") + 1] == "paper-a6000" and words[words.index("--seed") + 1] == "9"
+    folder = Path("reports/runs/tiny-static-paper-a6000-s9")
+    made = (folder / "requests.parquet").read_bytes()
+    again = runner.invoke(app, words[1:], env={"COLUMNS": "300"})
+    assert again.exit_code == 0, again.output
+    assert (folder / "requests.parquet").read_bytes() == made
+    assert sorted(p.name for p in Path("reports/runs").iterdir() if p.name.startswith("tiny-static")) == [
+        "tiny-static-paper-a6000-s10", "tiny-static-paper-a6000-s11", "tiny-static-paper-a6000-s9"]
 
 
 def test_compare_prints_the_verdict_and_ranking_before_the_path(tmp_path):

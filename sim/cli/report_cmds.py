@@ -13,6 +13,7 @@ from rich.table import Table
 from sim.cli import app
 from sim.cli.common import console
 from sim.errors import MmsimError
+from sim.scenario import MAX_SEED
 
 SWEEP_INDEXES = ("index.csv", "index.parquet")
 THRESHOLD_HELP = "share of dropped requests above which a policy is never marked best on latency (0.01 = 1%)"
@@ -62,17 +63,26 @@ def _size(path: Path) -> str:
 @app.command("compare")
 def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
                 policies: str = typer.Option(..., "--policies", "-p", help="comma-separated policy names (or path.py:Class)"),
-                seeds: int = typer.Option(1, "--seeds", "-n", help="run seeds scenario.seed … scenario.seed+N-1"),
+                seeds: int = typer.Option(1, "--seeds", "-n", help="run seeds SEED … SEED+N-1 (SEED: --seed, else the "
+                                          "scenario's)"),
+                seed: int = typer.Option(None, "--seed", min=0, max=MAX_SEED, help="the first seed (default: the scenario's)"),
                 out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/NAME.html)"),
                 runs_dir: Path = typer.Option(Path("reports/runs"), "--runs-dir", help="where each run's folder is kept"),
                 mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)"),
+                profile: str = typer.Option(None, "--profile", help="override the scenario's profile: a built-in name or a "
+                                            "profile JSON (e.g. one written by mmsim calibrate)"),
+                autoscaler: str = typer.Option(None, "--autoscaler", help="override the scenario's autoscaler (as mmsim run)"),
+                allow_policy_files: bool = typer.Option(False, "--allow-policy-files", help="let the scenario name an "
+                                                        "autoscaler file (path.py:Class): its code is executed"),
                 *, drop_threshold: DropThreshold,  # keyword-only: it has a default factory, not a default
-                force: bool = typer.Option(False, "--force", help="replace run folders that hold a finished run")) -> None:
+                force: bool = typer.Option(False, "--force", help="replace run folders that hold a finished run of "
+                                           "another scenario, policy or seed")) -> None:
     """Simulate a scenario under each policy (and seed), print the verdict and ranking, and write one
     self-contained HTML comparison report."""
     if mode not in ("fast", "exact"):
         raise MmsimError(f"--mode must be fast or exact, not {mode!r}")
     _check_threshold(drop_threshold)
+    from sim.cli.run_cmds import load_with_overrides
     from sim.reports.compare import compare
     from sim.reports.data import by_policy
 
@@ -82,8 +92,9 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
         check_output_file(out)  # before the runs, not after them
     check_output_dir(runs_dir)
     names = [name.strip() for name in policies.split(",") if name.strip()]
+    loaded = load_with_overrides(scenario, profile, autoscaler, allow_policy_files, scenario_policy=False)
     report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode,
-                           threshold=drop_threshold, force=force)
+                           threshold=drop_threshold, force=force, scenario=loaded, first_seed=seed)
     print_ranking(by_policy(runs), drop_threshold)
     console.print(f"{len(runs)} runs kept under [bold]{escape(str(runs_dir))}[/]")
     console.print(f"report: [bold]{escape(str(report))}[/] ({_size(report)})")

@@ -9,9 +9,9 @@ import typer
 
 from sim.cli import app
 from sim.cli.common import console, print_json, table
-from sim.cli.run_summary import print_run_summary
+from sim.cli.run_summary import next_command, print_run_summary
 from sim.errors import MmsimError
-from sim.scenario import MAX_SEED
+from sim.scenario import MAX_SEED, Scenario
 from sim.policies.registry import policy_descriptions
 
 policies_app = typer.Typer(help="Scheduler policies.", no_args_is_help=True)
@@ -41,27 +41,38 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     # A run does no linear algebra: OpenBLAS's thread pool, started when numpy is first imported (below), would
     # only add start-up time and threads competing with the one-core event loop.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    from sim.policies.registry import check_policy_file_allowed
     from sim.runner import run_scenario
+
+    loaded = load_with_overrides(scenario, profile, autoscaler, allow_policy_files, scenario_policy=policy is None)
+    result, out_dir = run_scenario(scenario, policy=policy, seed=seed, mode=mode, out_dir=out, show_progress=not as_json,
+                                   scenario=loaded, replace=force)
+    if as_json:
+        print_json(result.summary)
+        return
+    # A new run's summary has every drop count; the next command keeps this run's overrides.
+    print_run_summary(console, result.summary, None, scenario, out_dir,
+                      next_command(result.summary, scenario, profile, autoscaler, seed))
+
+
+def load_with_overrides(path: Path, profile: str | None, autoscaler: str | None, allow_policy_files: bool,
+                        scenario_policy: bool) -> Scenario:
+    """The scenario at ``path`` with the command line's ``--profile`` and ``--autoscaler``, refusing a policy or
+    autoscaler file it names itself unless allowed (``scenario_policy``: the scenario's own policy will run)."""
+    from sim.policies.registry import check_policy_file_allowed
     from sim.scenario import load_scenario, with_autoscaler
 
-    loaded = load_scenario(scenario)
-    if policy is None:
-        check_policy_file_allowed(loaded.policy.name, allowed=allow_policy_files, source=str(scenario))
+    loaded = load_scenario(path)
+    if scenario_policy:
+        check_policy_file_allowed(loaded.policy.name, allowed=allow_policy_files, source=str(path))
     if autoscaler is None:
-        check_policy_file_allowed(loaded.autoscaler.name, allowed=allow_policy_files, source=str(scenario),
+        check_policy_file_allowed(loaded.autoscaler.name, allowed=allow_policy_files, source=str(path),
                                   field="autoscaler.name")
     else:
         loaded = with_autoscaler(loaded, autoscaler)
     if profile:
         # A path given on the command line is relative to where the command runs, not to the scenario.
         loaded = loaded.model_copy(update={"profile": str(Path(profile).resolve()) if Path(profile).exists() else profile})
-    result, out_dir = run_scenario(scenario, policy=policy, seed=seed, mode=mode, out_dir=out, show_progress=not as_json,
-                                   scenario=loaded, replace=force)
-    if as_json:
-        print_json(result.summary)
-        return
-    print_run_summary(console, result.summary, None, scenario, out_dir)  # a new run's summary has every drop count
+    return loaded
 
 
 @policies_app.command("list")

@@ -3,6 +3,7 @@ model and reason, warnings when the profile or load cannot serve the scenario, a
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -184,16 +185,23 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
     return found
 
 
-def next_command(summary: dict, scenario_path: Path) -> str:
-    """The ``mmsim compare`` that puts this run's policy beside two others on three seeds."""
+def next_command(summary: dict, scenario_path: Path, profile: str | None = None, autoscaler: str | None = None,
+                 seed: int | None = None) -> str:
+    """The ``mmsim compare`` that puts this run's policy beside two others on three seeds, from this run's seed, on
+    its profile and autoscaler (the run's overrides), quoted for a POSIX shell."""
     policy = str(summary.get("policy"))
     others = [p for p in FOLLOW_UPS if p != policy][:2]
-    return f"mmsim compare {scenario_path} --policies {','.join([policy, *others])} --seeds 3"
+    words = ["mmsim", "compare", str(scenario_path), "--policies", ",".join([policy, *others]), "--seeds", "3"]
+    for flag, value in (("--seed", seed), ("--profile", profile), ("--autoscaler", autoscaler)):
+        if value is not None:
+            words += [flag, str(value)]
+    return shlex.join(words)
 
 
 def print_run_summary(console: Console, summary: dict, requests: pd.DataFrame | None, scenario_path: Path,
-                      out_dir: Path) -> None:
-    """Everything ``mmsim run`` prints after the progress bar, ending with the next command to try."""
+                      out_dir: Path, next_step: str | None = None) -> None:
+    """Everything ``mmsim run`` prints after the progress bar, ending with the next command to try (``next_step``,
+    else :func:`next_command` of the summary)."""
     console.print(summary_table(summary))
     by_model = drops_by_model(summary, requests)
     for table in (drops_table(summary, by_model), prefix_table(summary)):
@@ -202,4 +210,5 @@ def print_run_summary(console: Console, summary: dict, requests: pd.DataFrame | 
     for sentence in warnings(summary, by_model):
         console.print(f"[bold yellow]warning:[/] {escape(sentence)}", highlight=False)
     console.print(f"results: [bold]{escape(str(out_dir))}[/]", soft_wrap=True, highlight=False)
-    console.print(f"next: [bold]{escape(next_command(summary, scenario_path))}[/]", soft_wrap=True, highlight=False)
+    console.print(f"next: [bold]{escape(next_step or next_command(summary, scenario_path))}[/]", soft_wrap=True,
+                  highlight=False)

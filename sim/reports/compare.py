@@ -10,7 +10,7 @@ from sim.errors import MmsimError
 from sim.reports.data import RunData
 from sim.reports.html import build_report
 from sim.reports.metrics import DROP_THRESHOLD
-from sim.scenario import MAX_SEED, load_scenario
+from sim.scenario import MAX_SEED, Scenario, load_scenario
 
 MAX_SEEDS = 1000
 """Most seeds one comparison runs per policy (as ``mmsim capacity --seeds``): a typo of many digits ran for ever."""
@@ -26,9 +26,11 @@ def run_folder(runs_dir: Path, scenario, policy: str, seed: int) -> Path:
 
 def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Path | None = None,
             runs_dir: Path = Path("reports/runs"), mode: str = "fast", show_progress: bool = True,
-            threshold: float = DROP_THRESHOLD, force: bool = False) -> tuple[Path, list[RunData]]:
-    """Simulate ``scenario_path`` under each policy for seeds scenario.seed … +seeds-1, write each run folder
-    and the HTML report; returns the report path and the runs. A folder holding a finished run of another scenario,
+            threshold: float = DROP_THRESHOLD, force: bool = False, scenario: Scenario | None = None,
+            first_seed: int | None = None) -> tuple[Path, list[RunData]]:
+    """Simulate ``scenario_path`` (or ``scenario``, read from there with overrides) under each policy for seeds
+    ``first_seed`` (default: the scenario's) … +seeds-1, write each run folder and the HTML report; returns the
+    report path and the runs. A folder holding a finished run of another scenario,
     policy or seed is replaced only with ``force`` (one of the same run is run again), and every folder is checked
     before the first run starts."""
     from sim.policies.registry import get_policy_class
@@ -42,11 +44,12 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
     for policy in policies:
         get_policy_class(policy)  # fail on a misspelt name before spending minutes on the others
     scenario_path = Path(scenario_path)
-    scenario = load_scenario(scenario_path)
-    if scenario.seed + seeds - 1 > MAX_SEED:
-        raise MmsimError(f"--seeds {seeds} from the scenario's seed {scenario.seed} passes the largest seed, {MAX_SEED}")
+    scenario = scenario or load_scenario(scenario_path)
+    first = scenario.seed if first_seed is None else first_seed
+    if first + seeds - 1 > MAX_SEED:
+        raise MmsimError(f"--seeds {seeds} from seed {first} passes the largest seed, {MAX_SEED}")
     out = Path(out) if out else Path("reports") / f"{scenario.name}.html"
-    plan = [(policy, scenario.seed + offset) for policy in policies for offset in range(seeds)]
+    plan = [(policy, first + offset) for policy in policies for offset in range(seeds)]
     folders: dict[Path, str] = {}
     for policy, seed in plan:  # a policy given twice would run twice into one folder, and the report refuse both
         folder = run_folder(runs_dir, scenario, policy, seed)
