@@ -120,3 +120,10 @@ def test_profile_override_from_the_command_line(tmp_path):
     assert json.loads(result.stdout)["profile"] == "h100-sxm"
     bad = mmsim("run", "scenarios/azure-two-models.yaml", "--profile", "nope", "--out", str(tmp_path / "p"))
     assert bad.returncode == 2 and "unknown profile" in bad.stderr and not (tmp_path / "p").exists()
+    # the flag is to blame, not the scenario file, and compare says so before its progress bar starts
+    assert bad.stderr.strip().startswith("error: --profile: unknown profile 'nope'"), bad.stderr
+    blank = mmsim("compare", "scenarios/azure-two-models.yaml", "--policies", "static", "--profile", " ",
+                  "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "r.html"))
+    assert blank.returncode == 2 and blank.stderr.strip() == "error: --profile: needs a built-in profile name or a " \
+        "profile JSON file", blank.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r.html").exists()

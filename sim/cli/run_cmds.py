@@ -69,10 +69,26 @@ def load_with_overrides(path: Path, profile: str | None, autoscaler: str | None,
                                   field="autoscaler.name")
     else:
         loaded = with_autoscaler(loaded, autoscaler)
-    if profile:
-        # A path given on the command line is relative to where the command runs, not to the scenario.
-        loaded = loaded.model_copy(update={"profile": str(Path(profile).resolve()) if Path(profile).exists() else profile})
+    if profile is not None:
+        loaded = loaded.model_copy(update={"profile": checked_profile(profile)})
     return loaded
+
+
+def checked_profile(profile: str) -> str:
+    """``--profile`` as the scenario will name it, read once so that a bad one is blamed on the flag (not on the
+    scenario file) before anything runs: a path is relative to where the command runs, not to the scenario."""
+    from sim.profile import load_profile
+
+    if not profile.strip():
+        raise MmsimError("needs a built-in profile name or a profile JSON file", field="--profile")
+    resolved = str(Path(profile).resolve()) if Path(profile).exists() else profile
+    try:
+        load_profile(resolved)
+    except MmsimError as error:
+        if error.source is None:  # an unknown name; a file's problems name the file
+            error.field = "--profile"
+        raise
+    return resolved
 
 
 @policies_app.command("list")
