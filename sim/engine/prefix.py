@@ -65,7 +65,7 @@ def prefix_path(prefix_ids: tuple[int, ...], prompt_tokens: int, id_tokens: int,
         chain = hash((chain, prefix_ids[j]))
         end = min((j + 1) * id_tokens // block_size, blocks)
         if end > start:
-            keys.append(hash((chain, j)))
+            keys.append(chain)  # the chain of ids 0..j: j itself is its length, so it tells no two chains apart
             ends.append(end)
             start = end
         j += 1

@@ -79,17 +79,20 @@ class Conversations:
         turns = rng.integers(self.turns[0], self.turns[1] + 1, len(times))
         thinks = rng.exponential(self.think_time_s, (len(times), messages.shape[1])) if self.think_time_s > 0 else \
             np.zeros((len(times), messages.shape[1]))
-        for row in range(len(times)):
+        system, block_tokens = self.system_prompt_tokens, self.block_tokens
+        # As Python numbers: indexing numpy arrays one element at a time cost most of this loop.
+        rows = zip(times.tolist(), [str(m) for m in models], model_codes.tolist(), tenants.tolist(), turns.tolist(),
+                   messages.tolist(), outputs.tolist(), thinks.tolist())
+        for arrival, model, code, tenant, count, row_messages, row_outputs, row_thinks in rows:
             conversation = self._started
             self._started += 1
-            arrival, context = float(times[row]), self.system_prompt_tokens
-            for turn in range(int(turns[row])):
-                prompt = context + int(messages[row, turn])
-                self._push(arrival, conversation, str(models[row]), prompt, int(outputs[row, turn]),
-                           prompt_ids(int(model_codes[row]), int(tenants[row]), conversation,
-                                      self.system_prompt_tokens, prompt, self.block_tokens))
-                context = prompt + int(outputs[row, turn])
-                arrival += float(thinks[row, turn])
+            context = system
+            for turn in range(count):
+                prompt = context + row_messages[turn]
+                self._push(arrival, conversation, model, prompt, row_outputs[turn],
+                           prompt_ids(code, tenant, conversation, system, prompt, block_tokens))
+                context = prompt + row_outputs[turn]
+                arrival += row_thinks[turn]
 
     def _push(self, arrival: float, conversation: int, model: str, prompt: int, output: int, ids: tuple[int, ...]) -> None:
         self._ids[self._order] = ids
