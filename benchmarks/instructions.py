@@ -1,0 +1,88 @@
+"""Instructions per run of each shipped scenario, counted by valgrind: a speed figure this shared machine cannot move.
+
+Wall-clock figures here swing by up to 2x from hour to hour (other tenants share the cores), which hides the
+10-20% a change to the engine is worth. Instructions executed do not swing: ``valgrind --tool=cachegrind
+--cache-sim=no`` counts them, and a run's count is the difference between a process that simulates the scenario
+twice and one that simulates it once (imports and start-up cancel out). String hashing is fixed
+(``PYTHONHASHSEED=0``) so that dict layouts, and the count, repeat, and numpy's and pyarrow's thread pools are
+held to one thread (valgrind counts every thread's instructions, a waiting worker's spinning too). Counts track time only roughly (a cache miss
+costs more than an add), so use them to compare two builds or two revisions, and wall time for targets.
+
+Each scenario runs under its own policy (``--policy`` for another), in the engine build of the Python running
+this script: run it from outside the checkout, or its ``sim/`` (pure Python) is what runs. Under valgrind a run
+takes ~40x its time, so the two largest scenarios are left out unless named.
+
+    python benchmarks/instructions.py [--only mixed,offload] [--policy swap-aware] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from shipped_scenarios import shipped
+from sim.engine import build
+
+SLOW = {"large-cluster", "diurnal-autoscale"}
+CHILD = """
+import sys
+from pathlib import Path
+from sim.scenario import load_scenario
+from sim.simulation import simulate
+path, policy, runs = Path(sys.argv[1]), sys.argv[2] or None, int(sys.argv[3])
+scenario = load_scenario(path)
+for _ in range(runs):
+    result = simulate(scenario, base_dir=path.parent, policy=policy)
+print(result.summary["requests_total"])
+"""
+
+
+def counted(path: Path, policy: str, runs: int) -> tuple[int, int]:
+    """Instructions of a process that simulates ``path`` ``runs`` times, and the run's requests."""
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               sys.executable, "-c", CHILD, str(path), policy, str(runs)]
+    # Thread pools count their spinning too: numpy's OpenBLAS and pyarrow's are held to one thread.
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "ARROW_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        sys.exit(f"valgrind failed on {path.name}: {done.stderr.strip()[-500:]}")
+    return int(found.group(1).replace(",", "")), int(done.stdout.split()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help="comma-separated scenario names (default: all but the two largest)")
+    parser.add_argument("--policy", default="", help="run every scenario under this policy (default: its own)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt-get install -y valgrind)")
+    wanted = set(args.only.split(",")) if args.only else None
+    rows = []
+    for path in shipped():
+        if (wanted is None and path.stem in SLOW) or (wanted is not None and path.stem not in wanted):
+            continue
+        once, requests = counted(path, args.policy, 1)
+        twice, _ = counted(path, args.policy, 2)
+        rows.append({"scenario": path.stem, "policy": args.policy or "(its own)", "requests": requests,
+                     "instructions_per_run": twice - once, "per_request": (twice - once) / max(requests, 1)})
+    if args.json:
+        print(json.dumps({"engine_build": build(), "runs": rows}, indent=1))
+        return
+    print(f"engine build: {build()}; instructions of one simulate() (valgrind, PYTHONHASHSEED=0)")
+    print(f"{'scenario':20} {'policy':16} {'requests':>9} {'M instructions':>15} {'per request':>12}")
+    for row in rows:
+        print(f"{row['scenario']:20} {row['policy']:16} {row['requests']:>9,} {row['instructions_per_run'] / 1e6:>15,.1f} "
+              f"{row['per_request']:>12,.0f}")
+
+
+if __name__ == "__main__":
+    main()
