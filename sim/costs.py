@@ -201,6 +201,11 @@ class ModelCosts:
             self._curve = (self._curve[0][order], self._curve[1][order])
         self._coefficients: dict[int, StepCoefficients] = {}
         self._prefill_fixed: dict[int, float] = {}
+        # Reload and unload seconds by GPU share (reloads from disk, from host RAM): policies price them for every
+        # victim they weigh, and each price read the profile's models field by field.
+        self._reload_from_disk_s: dict[float, float] = {}
+        self._reload_from_host_s: dict[float, float] = {}
+        self._unload_s: dict[float, float] = {}
         # The figures every step reads, copied out of the profile's models once (native fields when compiled).
         self._layers: int = spec.num_layers
         self.kv_dtype = kv_dtype or default_kv_dtype(dtype)
@@ -389,6 +394,13 @@ class ModelCosts:
 
     def reload_s(self, gpu_share: float = 1.0, from_host: bool = False) -> float:
         """Load the GPU-resident part of the weights, from disk or from a host-RAM copy."""
+        known = self._reload_from_host_s if from_host else self._reload_from_disk_s
+        seconds = known.get(gpu_share)
+        if seconds is None:
+            seconds = known[gpu_share] = self._reload_s(gpu_share, from_host)
+        return seconds
+
+    def _reload_s(self, gpu_share: float, from_host: bool) -> float:
         fraction = self.gpu_weight_bytes(gpu_share) / self.weight_bytes()
         if fraction == 0:
             return 0.0
@@ -400,6 +412,12 @@ class ModelCosts:
         return fit.fixed_s + self.gpu_weight_bytes(gpu_share) / fit.bandwidth_bytes_per_s
 
     def unload_s(self, gpu_share: float = 1.0) -> float:
+        seconds = self._unload_s.get(gpu_share)
+        if seconds is None:
+            seconds = self._unload_s[gpu_share] = self._unload_seconds(gpu_share)
+        return seconds
+
+    def _unload_seconds(self, gpu_share: float) -> float:
         fraction = self.gpu_weight_bytes(gpu_share) / self.weight_bytes()
         if fraction == 0:
             return 0.0

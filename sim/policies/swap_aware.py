@@ -57,12 +57,12 @@ changes only with time, so fast-forward and per-iteration runs agree.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from sim.parallel import parallel_load_s
 from sim.policies.base import Policy, QueueOrder, mypyc_attr, sort_queue
-from sim.policies.fcfs_swap import (Rechecks, eviction_group, gpu_with_room, held_requests, start_bytes, unblock,
-                                    youngest_victim)
+from sim.policies.fcfs_swap import Rechecks, eviction_group, gpu_with_room, start_bytes, unblock, youngest_victim
 from sim.policies.registry import register
 
 if TYPE_CHECKING:
@@ -74,13 +74,17 @@ if TYPE_CHECKING:
 
 def drain_s(view: ClusterView, instance: Instance) -> float:
     """Predicted seconds until everything ``instance`` holds has finished, at its current batch's step time."""
-    held = held_requests(instance)
+    held = instance.num_requests
     if not held:
         return 0.0
     view.sync(instance.gpu)
-    remaining = max(max(1, r.predicted_output_tokens - instance.generated(r)) for r in held)
-    step_s = instance.costs.decode_step_s(len(held), instance.context_tokens, instance.gpu_share)
-    return remaining * step_s
+    remaining = 1  # the longest predicted rest of what it holds, read queue by queue (not copied into one list)
+    for queue in (instance.running, instance.prefilling, instance.waiting, instance.swapped):
+        for request in queue:
+            left = request.predicted_output_tokens - instance.generated(request)
+            if left > remaining:
+                remaining = left
+    return remaining * instance.costs.decode_step_s(held, instance.context_tokens, instance.gpu_share)
 
 
 def pending_gain_s(view: ClusterView, model: int) -> float:
@@ -99,7 +103,7 @@ def load_s(view: ClusterView, model: int, gpu: Gpu) -> float:
     host-RAM copies when all of them hold one, as the engine loads; infinite where it cannot be placed."""
     group = view.shard_group(model, gpu)
     if group is not None and not group:
-        return float("inf")
+        return math.inf
     nodes = [g.node for g in group or [gpu]]
     from_host = all(view.host_cached(model, node) for node in set(nodes))
     return parallel_load_s(view.costs_on(model, gpu).reload_s(1.0, from_host), nodes, from_host)
@@ -250,7 +254,7 @@ class SwapAwarePolicy(Policy):
 
     def eviction_cost_s(self, view: ClusterView, victim: Instance, reload_s: float | None = None) -> float:
         """What evicting ``victim`` costs its requests (``reload_s``: its ``victim_reload_s``, when known)."""
-        held = len(held_requests(victim))
+        held = victim.num_requests
         if held == 0:
             return victim.costs.unload_s(victim.gpu_share)
         if reload_s is None:
@@ -263,7 +267,7 @@ class SwapAwarePolicy(Policy):
         one makes room), what evicting them costs (their eviction costs added up), and the earliest time a busy
         one not yet eligible may become so."""
         groups: list[tuple[int, float, int, float, int, list[Instance]]] = []
-        wait_until = float("inf")
+        wait_until = math.inf
         reserve = self.kv_reserve_bytes(view, model)
         for gpu in view.gpus:
             eligible: list[tuple[Any, ...]] = []  # idle (0, ...) before busy (1, ...): see the module's victim rule
@@ -285,9 +289,13 @@ class SwapAwarePolicy(Policy):
                 eligible.append((1, busy_cost_s[instance.uid], -drain, instance.uid, instance))
             group = eviction_group(view, model, [entry[-1] for entry in sorted(eligible)], reserve)
             if group is not None:
-                busy_costs = [busy_cost_s[i.uid] for i in group if i.has_work]
-                idle_lru = max(self.last_used_s.get(i.uid, 0.0) for i in group)
-                groups.append((len(busy_costs), sum(busy_costs), len(group), idle_lru, gpu.index, group))
+                busy, busy_cost, idle_lru = 0, 0.0, -math.inf  # added up in the group's order, as sum() would
+                for victim in group:
+                    if victim.has_work:
+                        busy += 1
+                        busy_cost += busy_cost_s[victim.uid]
+                    idle_lru = max(idle_lru, self.last_used_s.get(victim.uid, 0.0))
+                groups.append((busy, busy_cost, len(group), idle_lru, gpu.index, group))
         if not groups:
             return None, 0.0, wait_until
         best = min(groups, key=lambda entry: entry[:5])
@@ -316,7 +324,7 @@ class SwapAwarePolicy(Policy):
                 continue  # memory is about to change; the unload finishing re-plans
             victims, victims_cost_s, wait_until = self.victims_for(view, model)
             if victims is None:
-                if wait_until < float("inf"):
+                if wait_until < math.inf:
                     self.rechecks.at(view, "plan", wait_until, self.plan)
                 continue
             if not any(v.has_work for v in victims) or self.pays_for(view, model, victims, victims_cost_s):
