@@ -6,6 +6,7 @@ import json
 import re
 from collections.abc import Sequence
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -47,6 +48,16 @@ def _table(title: str, columns: list[str], cells: list[list[str]], min_widths: l
     for row in cells:
         result.add_row(*row)
     return result
+
+
+# Options `run` and `compare` share: a scenario's overrides, read by sim.cli.run_cmds.load_with_overrides.
+MODE_OPTION = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)")
+PROFILE_OPTION = typer.Option(None, "--profile", help="override the scenario's profile: a built-in name or a profile "
+                              "JSON (e.g. one written by mmsim calibrate)")
+AUTOSCALER_OPTION = typer.Option(None, "--autoscaler", help="override the scenario's autoscaler: none, utilisation, "
+                                 "queue-depth, kv-utilisation, predictive or path/to/file.py:Class")
+FORCE_OPTION = typer.Option(False, "--force", help="replace a finished run of another scenario, policy or seed "
+                            "(the same run is made again in place without it)")
 
 
 _FIGURE = re.compile(r"[-+$]?[\d.,]{1,12}(e[-+]?\d+)?[%x×]?|-|—")

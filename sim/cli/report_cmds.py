@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.cli import app
-from sim.cli.common import console
+from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console
 from sim.errors import MmsimError
 from sim.scenario import MAX_SEED
 
@@ -68,15 +68,13 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
                 seed: int = typer.Option(None, "--seed", min=0, max=MAX_SEED, help="the first seed (default: the scenario's)"),
                 out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/NAME.html)"),
                 runs_dir: Path = typer.Option(Path("reports/runs"), "--runs-dir", help="where each run's folder is kept"),
-                mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)"),
-                profile: str = typer.Option(None, "--profile", help="override the scenario's profile: a built-in name or a "
-                                            "profile JSON (e.g. one written by mmsim calibrate)"),
-                autoscaler: str = typer.Option(None, "--autoscaler", help="override the scenario's autoscaler (as mmsim run)"),
+                mode: str = MODE_OPTION,
+                profile: str = PROFILE_OPTION,
+                autoscaler: str = AUTOSCALER_OPTION,
                 allow_policy_files: bool = typer.Option(False, "--allow-policy-files", help="let the scenario name an "
                                                         "autoscaler file (path.py:Class): its code is executed"),
                 *, drop_threshold: DropThreshold,  # keyword-only: it has a default factory, not a default
-                force: bool = typer.Option(False, "--force", help="replace run folders that hold a finished run of "
-                                           "another scenario, policy or seed")) -> None:
+                force: bool = FORCE_OPTION) -> None:
     """Simulate a scenario under each policy (and seed), print the verdict and ranking, and write one
     self-contained HTML comparison report."""
     if mode not in ("fast", "exact"):

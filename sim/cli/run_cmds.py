@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from sim.cli import app
-from sim.cli.common import console, print_json, table
+from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console, print_json, table
 from sim.cli.run_summary import next_command, print_run_summary
 from sim.errors import MmsimError
 from sim.scenario import MAX_SEED, Scenario
@@ -25,12 +25,10 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
         out: Path = typer.Option(None, "--out", "-o", help="results folder (default reports/runs/NAME-POLICY-PROFILE-sSEED); "
                                  "checked before the run starts"),
         seed: int = typer.Option(None, "--seed", min=0, max=MAX_SEED, help="override the scenario's seed"),
-        mode: str = typer.Option("fast", "--mode", help="fast (fast-forward) or exact (per-iteration reference)"),
-        profile: str = typer.Option(None, "--profile", help="override the scenario's profile: a built-in name or a profile JSON "
-                                                            "(e.g. one written by mmsim calibrate)"),
-        force: bool = typer.Option(False, "--force", help="replace a finished run already in the results folder"),
-        autoscaler: str = typer.Option(None, "--autoscaler", help="override the scenario's autoscaler: none, utilisation, "
-                                       "queue-depth, kv-utilisation, predictive or path/to/file.py:Class"),
+        mode: str = MODE_OPTION,
+        profile: str = PROFILE_OPTION,
+        force: bool = FORCE_OPTION,
+        autoscaler: str = AUTOSCALER_OPTION,
         allow_policy_files: bool = typer.Option(False, "--allow-policy-files", help="let the scenario name a policy "
                                                 "or autoscaler file (path.py:Class): its code is executed, so only for "
                                                 "files you trust"),
