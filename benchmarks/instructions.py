@@ -12,7 +12,10 @@ Each scenario runs under its own policy (``--policy`` for another), in the engin
 this script: run it from outside the checkout, or its ``sim/`` (pure Python) is what runs. Under valgrind a run
 takes ~40x its time, so the two largest scenarios are left out unless named.
 
-    python benchmarks/instructions.py [--only mixed,offload] [--policy swap-aware] [--json]
+    python benchmarks/instructions.py [--only mixed,offload] [--policy swap-aware] [--baseline PYTHON] [--json]
+
+``--baseline`` names another interpreter (e.g. a venv with the previous revision installed): its counts are
+printed beside this one's, with the change.
 """
 
 from __future__ import annotations
@@ -43,10 +46,10 @@ print(result.summary["requests_total"])
 """
 
 
-def counted(path: Path, policy: str, runs: int) -> tuple[int, int]:
-    """Instructions of a process that simulates ``path`` ``runs`` times, and the run's requests."""
+def counted(python: str, path: Path, policy: str, runs: int) -> tuple[int, int]:
+    """Instructions of a ``python`` process that simulates ``path`` ``runs`` times, and the run's requests."""
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-               sys.executable, "-c", CHILD, str(path), policy, str(runs)]
+               python, "-c", CHILD, str(path), policy, str(runs)]
     # Thread pools count their spinning too: numpy's OpenBLAS and pyarrow's are held to one thread.
     env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
            "ARROW_NUM_THREADS": "1"}
@@ -57,10 +60,18 @@ def counted(path: Path, policy: str, runs: int) -> tuple[int, int]:
     return int(found.group(1).replace(",", "")), int(done.stdout.split()[-1])
 
 
+def per_run(python: str, path: Path, policy: str) -> tuple[int, int]:
+    """Instructions of one simulate() of ``path`` in ``python``, and its requests."""
+    once, requests = counted(python, path, policy, 1)
+    twice, _ = counted(python, path, policy, 2)
+    return twice - once, requests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", help="comma-separated scenario names (default: all but the two largest)")
     parser.add_argument("--policy", default="", help="run every scenario under this policy (default: its own)")
+    parser.add_argument("--baseline", help="another Python (a venv with another revision): its counts beside these")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
@@ -70,18 +81,25 @@ def main() -> None:
     for path in shipped():
         if (wanted is None and path.stem in SLOW) or (wanted is not None and path.stem not in wanted):
             continue
-        once, requests = counted(path, args.policy, 1)
-        twice, _ = counted(path, args.policy, 2)
-        rows.append({"scenario": path.stem, "policy": args.policy or "(its own)", "requests": requests,
-                     "instructions_per_run": twice - once, "per_request": (twice - once) / max(requests, 1)})
+        instructions, requests = per_run(sys.executable, path, args.policy)
+        row = {"scenario": path.stem, "policy": args.policy or "(its own)", "requests": requests,
+               "instructions_per_run": instructions, "per_request": instructions / max(requests, 1)}
+        if args.baseline:
+            row["baseline_instructions_per_run"] = per_run(args.baseline, path, args.policy)[0]
+        rows.append(row)
     if args.json:
         print(json.dumps({"engine_build": build(), "runs": rows}, indent=1))
         return
     print(f"engine build: {build()}; instructions of one simulate() (valgrind, PYTHONHASHSEED=0)")
-    print(f"{'scenario':20} {'policy':16} {'requests':>9} {'M instructions':>15} {'per request':>12}")
+    print(f"{'scenario':20} {'policy':16} {'requests':>9} {'M instructions':>15} {'per request':>12}"
+          + (f" {'baseline M':>11} {'change':>8}" if args.baseline else ""))
     for row in rows:
-        print(f"{row['scenario']:20} {row['policy']:16} {row['requests']:>9,} {row['instructions_per_run'] / 1e6:>15,.1f} "
-              f"{row['per_request']:>12,.0f}")
+        line = (f"{row['scenario']:20} {row['policy']:16} {row['requests']:>9,} {row['instructions_per_run'] / 1e6:>15,.1f} "
+                f"{row['per_request']:>12,.0f}")
+        if args.baseline:
+            base = row["baseline_instructions_per_run"]
+            line += f" {base / 1e6:>11,.1f} {(row['instructions_per_run'] - base) / base:>+8.1%}"
+        print(line)
 
 
 if __name__ == "__main__":
