@@ -30,9 +30,8 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
             first_seed: int | None = None) -> tuple[Path, list[RunData]]:
     """Simulate ``scenario_path`` (or ``scenario``, read from there with overrides) under each policy for seeds
     ``first_seed`` (default: the scenario's) … +seeds-1, write each run folder and the HTML report; returns the
-    report path and the runs. A folder holding a finished run of another scenario,
-    policy or seed is replaced only with ``force`` (one of the same run is run again), and every folder is checked
-    before the first run starts."""
+    report path and the runs. A folder holding a finished run of another scenario, policy or seed is replaced only
+    with ``force`` (one of the same run is run again), and every folder is checked before the first run starts."""
     from sim.policies.registry import get_policy_class
     from sim.runner import check_run_dir, effective_scenario, write_run_folder
     from sim.simulation import simulate
@@ -49,24 +48,24 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
     if first + seeds - 1 > MAX_SEED:
         raise MmsimError(f"--seeds {seeds} from seed {first} passes the largest seed, {MAX_SEED}")
     out = Path(out) if out else Path("reports") / f"{scenario.name}.html"
-    plan = [(policy, first + offset) for policy in policies for offset in range(seeds)]
+    # Each run with its folder and its scenario as `mmsim run` records it, both checked before the first run starts.
+    plan = [(policy, seed, run_folder(runs_dir, scenario, policy, seed), effective_scenario(scenario, policy, seed))
+            for policy in policies for seed in range(first, first + seeds)]
     folders: dict[Path, str] = {}
-    for policy, seed in plan:  # a policy given twice would run twice into one folder, and the report refuse both
-        folder = run_folder(runs_dir, scenario, policy, seed)
+    for policy, _, folder, scenario_data in plan:  # a policy given twice would run twice into one folder
         if folder in folders:
             raise MmsimError(f"--policies names {policy!r} and {folders[folder]!r}, whose runs share the folder "
                              f"{folder}; give each policy once")
         folders[folder] = policy
-        check_run_dir(folder, force, effective_scenario(scenario, policy, seed))
+        check_run_dir(folder, force, scenario_data)
     runs: list[RunData] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not show_progress) as progress:
         task = progress.add_task("runs", total=len(plan))
-        for policy, seed in plan:
+        for policy, seed, folder, scenario_data in plan:
             progress.update(task, description=f"{scenario.name} · {policy} · seed {seed}")
             result = simulate(scenario, base_dir=scenario_path.parent, policy=policy, seed=seed, mode=mode)
-            scenario_data = effective_scenario(scenario, policy, seed)  # as `mmsim run` records it
-            folder = write_run_folder(result, run_folder(runs_dir, scenario, policy, seed), scenario_data)
+            write_run_folder(result, folder, scenario_data)
             runs.append(RunData(result.summary, result.requests, result.events, result.timeseries, scenario_data, folder))
             progress.advance(task)
         progress.update(task, description="writing report")
