@@ -397,10 +397,10 @@ class ModelCosts:
         known = self._reload_from_host_s if from_host else self._reload_from_disk_s
         seconds = known.get(gpu_share)
         if seconds is None:
-            seconds = known[gpu_share] = self._reload_s(gpu_share, from_host)
+            seconds = known[gpu_share] = self._reload_seconds(gpu_share, from_host)
         return seconds
 
-    def _reload_s(self, gpu_share: float, from_host: bool) -> float:
+    def _reload_seconds(self, gpu_share: float, from_host: bool) -> float:
         fraction = self.gpu_weight_bytes(gpu_share) / self.weight_bytes()
         if fraction == 0:
             return 0.0
