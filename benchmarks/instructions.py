@@ -29,10 +29,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shipped_scenarios import shipped
+from shipped_scenarios import chosen
 from sim.engine import build
 
-SLOW = {"large-cluster", "diurnal-autoscale"}
+SLOW = frozenset({"large-cluster", "diurnal-autoscale"})
 CHILD = """
 import sys
 from pathlib import Path
@@ -76,11 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install -y valgrind)")
-    wanted = set(args.only.split(",")) if args.only else None
     rows = []
-    for path in shipped():
-        if (wanted is None and path.stem in SLOW) or (wanted is not None and path.stem not in wanted):
-            continue
+    for path in chosen(args.only, SLOW):
         instructions, requests = per_run(sys.executable, path, args.policy)
         row = {"scenario": path.stem, "policy": args.policy or "(its own)", "requests": requests,
                "instructions_per_run": instructions, "per_request": instructions / max(requests, 1)}

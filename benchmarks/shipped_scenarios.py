@@ -34,6 +34,12 @@ def shipped() -> list[Path]:
     return sorted(path for path in SCENARIOS.glob("*.yaml") if not path.name.startswith("sweep-"))
 
 
+def chosen(only: str | None, left_out: frozenset[str] = frozenset()) -> list[Path]:
+    """The shipped scenarios named in ``only`` (comma-separated), else all of them but ``left_out``."""
+    names = set(only.split(",")) if only else None
+    return [path for path in shipped() if (path.stem in names if names is not None else path.stem not in left_out)]
+
+
 def cold(path: Path, out: Path, repeat: int, core: int) -> dict:
     """``mmsim run`` as its own process: the fastest whole process and loop of ``repeat``."""
     runs = []
@@ -68,7 +74,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated scenario names (default: all shipped)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    paths = [p for p in shipped() if not args.only or p.stem in args.only.split(",")]
+    paths = chosen(args.only)
     core = idlest_core()
     os.sched_setaffinity(0, {core})
     rows = []
