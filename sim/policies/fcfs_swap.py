@@ -12,6 +12,7 @@ the other swapping policies.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Callable
 
 from sim.engine.kv import blocks_for
@@ -102,11 +103,20 @@ def gpu_with_room(view: ClusterView, model: int, gpu_share: float = 1.0, reserve
     """A GPU whose free memory already holds the model's weights and the KV reserve (most free memory first), or None."""
     need = view.footprint_bytes(model, gpu_share)
     for gpu in view.gpus:
-        view.sync(gpu)
-    # The running step's new KV blocks count as taken, as the engine's own check does.
-    room = {g.index: g.free_bytes() - g.in_flight_bytes() - kv_reserve_bytes(g, reserve_bytes) for g in view.gpus}
-    fitting = [g for g in view.gpus if room[g.index] >= need]
-    return max(fitting, key=lambda g: (room[g.index], -g.index)) if fitting else None
+        view.sync(gpu)  # all before any is read: a parallel instance's KV sits on GPUs other than the one it steps on
+    best: Gpu | None = None
+    best_room = 0.0
+    for gpu in view.gpus:
+        room = room_bytes(gpu, reserve_bytes)
+        if room >= need and (best is None or room > best_room or (room == best_room and gpu.index < best.index)):
+            best, best_room = gpu, room  # the most room; the lowest index on a tie
+    return best
+
+
+def room_bytes(gpu: Gpu, reserve_bytes: float) -> float:
+    """Memory free on ``gpu`` for a load: the running step's new KV blocks count as taken, as the engine's own check
+    does, and the KV reserve is kept when other instances stay."""
+    return gpu.free_bytes() - gpu.in_flight_bytes() - kv_reserve_bytes(gpu, reserve_bytes)
 
 
 def eviction_group(view: ClusterView, model: int, candidates: list[Instance],
@@ -192,6 +202,10 @@ class Rechecks:
 
     def __init__(self) -> None:
         self.due_s: dict[object, float] = {}
+
+    def due_at(self, key: object) -> float:
+        """When the re-check for ``key`` is due (infinity when none is)."""
+        return self.due_s.get(key, math.inf)
 
     def at(self, view: ClusterView, key: object, time_s: float, decide: Callable[[ClusterView], object]) -> None:
         """Call ``decide(view)`` at ``time_s`` unless an earlier re-check for ``key`` is already due."""

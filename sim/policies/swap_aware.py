@@ -301,6 +301,49 @@ class SwapAwarePolicy(Policy):
         best = min(groups, key=lambda entry: entry[:5])
         return best[5], best[1], wait_until
 
+    def search_moot(self, view: ClusterView, model: int) -> bool:
+        """Whether the victim search for ``model`` cannot change anything now, known without it (it prices every busy
+        instance's drain: most of a plan, which runs at every finish while work is pending).
+
+        Its outcomes are an eviction, a re-check at the earliest time a busy instance settles (no victim group),
+        or a re-check ``recheck_s`` from now (none pays). A re-check already due within ``recheck_s`` makes the
+        last moot, and the one before too when no busy instance settles before it; it remains to show that
+        nothing is evicted: no GPU's idle instances make room alone (an idle group is evicted unpriced), and
+        the cheapest busy instance's eviction cost, a bound on any group's (a group holds at least one and
+        costs add up), does not pay for any GPU the group could be on (``pays_for`` grows no likelier to pay
+        as the victims' cost grows)."""
+        due_s = self.rechecks.due_at("plan")
+        if not view.now < due_s <= view.now + self.recheck_s:
+            return False
+        cheapest_s = math.inf
+        on_gpus: dict[int, Instance] = {}
+        reserve = self.kv_reserve_bytes(view, model)
+        for gpu in view.gpus:
+            idle: list[Instance] = []
+            busy: list[Instance] = []
+            for instance in gpu.instances:
+                if instance.status != "ready":
+                    continue
+                if not instance.has_work:
+                    idle.append(instance)
+                elif view.now < instance.ready_at_s + self.min_residency_s:
+                    if instance.ready_at_s + self.min_residency_s < due_s:
+                        return False  # settles before the re-check due: its own re-check would come first
+                else:
+                    busy.append(instance)
+            idle.sort(key=lambda i: (self.last_used_s.get(i.uid, 0.0), i.uid))  # the search's order: its first
+            if idle and eviction_group(view, model, idle, reserve) is not None:  # victim names the GPU it measures
+                return False
+            for instance in busy:
+                view.sync(instance.gpu)  # as the search does: what an eviction loses (a prefix cache) grows with steps
+                cheapest_s = min(cheapest_s, self.eviction_cost_s(view, instance, self.victim_reload_s(view, instance)))
+            if busy:
+                for instance in idle + busy:  # a group's first victim, whose GPU its newcomer would load at
+                    on_gpus.setdefault(instance.gpu.index, instance)
+        if cheapest_s < 0:
+            return False
+        return not any(self.pays_for(view, model, [first], cheapest_s) for first in on_gpus.values())
+
     def pays_for(self, view: ClusterView, model: int, victims: list[Instance], victims_cost_s: float) -> bool:
         """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties
         (``victims_cost_s``: their eviction costs added up)."""
@@ -322,6 +365,9 @@ class SwapAwarePolicy(Policy):
                 continue
             if unloading(view):
                 continue  # memory is about to change; the unload finishing re-plans
+            if self.search_moot(view, model):
+                waiting = True
+                continue
             victims, victims_cost_s, wait_until = self.victims_for(view, model)
             if victims is None:
                 if wait_until < math.inf:
