@@ -88,12 +88,12 @@ def check_run_dir(out_dir: Path, replace: bool, scenario_data: dict | None = Non
     if entries - RUN_FILES:
         raise MmsimError(f"holds files that are not a run's (e.g. {sorted(entries - RUN_FILES)[0]}); "
                          "give an empty or new folder", source=str(out_dir))
-    if "summary.json" in entries and not replace and not _same_run(out_dir, scenario_data):
+    if "summary.json" in entries and not replace and not holds_same_run(out_dir, scenario_data):
         raise MmsimError("already holds a finished run of another scenario, policy or seed; use --force to replace "
                          "it, or another --out", source=str(out_dir))
 
 
-def _same_run(out_dir: Path, scenario_data: dict | None) -> bool:
+def holds_same_run(out_dir: Path, scenario_data: dict | None) -> bool:
     """Whether the run in ``out_dir`` was made from ``scenario_data`` (as its scenario.json records it)."""
     if scenario_data is None:
         return False

@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.cli import app
-from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console
+from sim.cli.common import (AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, check_page_target,
+                            console)
 from sim.errors import MmsimError
 from sim.scenario import MAX_SEED
 
@@ -60,6 +61,10 @@ def _size(path: Path) -> str:
     return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
 
 
+COMPARE_FORCE_OPTION = typer.Option(False, "--force", help=f"{FORCE_OPTION.help}; also replace an --out file that is "
+                                    "not an HTML page written by mmsim")
+
+
 @app.command("compare")
 def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
                 policies: str = typer.Option(..., "--policies", "-p", help="comma-separated policy names (or path.py:Class)"),
@@ -74,7 +79,7 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
                 allow_policy_files: bool = typer.Option(False, "--allow-policy-files", help="let the scenario name an "
                                                         "autoscaler file (path.py:Class): its code is executed"),
                 *, drop_threshold: DropThreshold,  # keyword-only: it has a default factory, not a default
-                force: bool = FORCE_OPTION) -> None:
+                force: bool = COMPARE_FORCE_OPTION) -> None:
     """Simulate a scenario under each policy (and seed), print the verdict and ranking, and write one
     self-contained HTML comparison report."""
     if mode not in ("fast", "exact"):
@@ -84,18 +89,29 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
     from sim.reports.compare import compare
     from sim.reports.data import by_policy
 
-    from sim.files import check_output_dir, check_output_file
+    from sim.files import check_output_dir
 
-    if out is not None:
-        check_output_file(out)  # before the runs, not after them
     check_output_dir(runs_dir)
     names = [name.strip() for name in policies.split(",") if name.strip()]
     loaded = load_with_overrides(scenario, profile, autoscaler, allow_policy_files, scenario_policy=False)
+    if out is not None:  # before the runs, not after them
+        check_page_target(out, inputs=[scenario], folders=_compare_folders(loaded, names, runs_dir, seed, seeds),
+                          force=force)
     report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode,
                            threshold=drop_threshold, force=force, scenario=loaded, first_seed=seed)
     print_ranking(by_policy(runs), drop_threshold)
     console.print(f"{len(runs)} runs kept under [bold]{escape(str(runs_dir))}[/]")
     console.print(f"report: [bold]{escape(str(report))}[/] ({_size(report)})")
+
+
+def _compare_folders(scenario, policies: list[str], runs_dir: Path, seed: int | None, seeds: int) -> list[Path]:
+    """The run folders ``compare`` writes and then reads back for its report."""
+    from sim.reports.compare import MAX_SEEDS, run_folder
+
+    first = scenario.seed if seed is None else seed
+    # compare refuses more than MAX_SEEDS seeds itself; a typo of many digits must not stall this check
+    return [run_folder(runs_dir, scenario, policy, number) for policy in policies
+            for number in range(first, first + min(seeds, MAX_SEEDS))]
 
 
 def _run_folders(paths: list[Path]) -> list[Path]:
@@ -123,7 +139,8 @@ def _sweep_report(sweep_dir: Path, out: Path | None) -> Path:
         raise MmsimError(f"{sweep_dir} is a sweep folder, but sweep reports are not available in this version "
                          "(no sim.sweep.report); pass run folders instead") from None
 
-    return sweep_report(sweep_dir, out or Path("reports") / f"{sweep_dir.name}.html")
+    target = check_page_target(out or Path("reports") / f"{sweep_dir.name}.html", folders=[sweep_dir])
+    return sweep_report(sweep_dir, target)
 
 
 @app.command("report")
@@ -146,13 +163,14 @@ def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one 
         from sim.reports.comparable import comparable_groups
         from sim.reports.data import by_policy
 
-        from sim.files import check_output_file, safe_name
+        from sim.files import safe_name
 
+        folders = _run_folders(runs)
         if out is not None:
-            check_output_file(out)
-        loaded = [load_run(folder) for folder in _run_folders(runs)]
+            check_page_target(out, folders=folders)
+        loaded = [load_run(folder) for folder in folders]
         name = safe_name(str(loaded[0].summary.get("scenario", "runs")), "runs")
-        out = out or check_output_file(Path("reports") / f"{name}-report.html")
+        out = out or check_page_target(Path("reports") / f"{name}-report.html", folders=folders)
         with console.status(f"rendering {len(loaded)} runs"):
             report = build_report(loaded, out, title, threshold=drop_threshold, allow_mixed=allow_mixed)
         if len(comparable_groups(loaded)) == 1:  # mixed groups are ranked only on the page, each on its own

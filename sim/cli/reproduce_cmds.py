@@ -8,7 +8,7 @@ import typer
 
 import sim.reproduce.policies  # noqa: F401  (registers paper-preemption and paper-offload for `mmsim run`)
 from sim.cli import app
-from sim.cli.common import console, print_json, table
+from sim.cli.common import check_page_target, console, print_json, table
 from sim.errors import MmsimError
 
 reproduce_app = typer.Typer(help="Reproduce published experiments in the simulator.", no_args_is_help=True)
@@ -39,15 +39,13 @@ def paper(platform: str = typer.Option("all", "--platform", help="rtx5000, a6000
     """Run the paper's preemption (Table II, Figure 5, Table III) and offload (Figure 4) experiments."""
     if platform not in (*PLATFORMS, "all"):
         raise MmsimError(f"--platform must be rtx5000, a6000 or all, not {platform!r}")
-    if html_path is not None:
-        from sim.files import check_output_file
-
-        check_output_file(html_path)  # before minutes of experiments, not after
+    platforms = PLATFORMS if platform == "all" else (platform,)
+    overrides = _profile_overrides(profile, platforms)
+    if html_path is not None:  # before minutes of experiments, not after
+        check_page_target(html_path, inputs=[Path(path) for path in overrides.values()])
     from sim.reproduce import compare, report
     from sim.reproduce.experiments import run_platform
 
-    platforms = PLATFORMS if platform == "all" else (platform,)
-    overrides = _profile_overrides(profile, platforms)
     results = [run_platform(p, overrides.get(p)) for p in platforms]
     ref = compare.reference()
     checks = compare.targets(results, ref)

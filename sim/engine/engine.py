@@ -108,6 +108,7 @@ class Engine:
         wanted = max_model_lens or [None] * len(model_names)
         self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
         self.last_progress_s = 0.0  # when a step last computed tokens
+        self.busy_since_s = 0.0  # when the last arrival found nothing outstanding
         self.prefix_query_tokens = [0] * len(model_names)  # prompt tokens looked up in prefix caches, per model
         self.prefix_hit_tokens = [0] * len(model_names)  # of those, found cached
         self.progress = ProgressGuard(self)
@@ -183,6 +184,8 @@ class Engine:
         if request.prompt_tokens + request.output_tokens > limit:
             self.drop(request, "exceeds_max_model_len" if limit else "model_exceeds_gpu")
             return
+        if self.outstanding == 0:
+            self.busy_since_s = self.env._now  # the progress guard's clock starts when there is work again
         self.outstanding += 1
         arrived = self.arrivals_by_model  # ``[model] += 1`` written out: compiled, the augmented form is generic
         arrived[request.model] = arrived[request.model] + 1

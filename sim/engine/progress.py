@@ -4,7 +4,8 @@ A policy can loop without end — two models evicting each other before either
 finishes a request, or a timer re-checking a decision that never changes — and
 a simulation of such a loop would run forever. The guard watches two figures
 since the last step that emitted a token (a decode iteration, or a prefill
-chunk that completes its prompt: chunks recomputed for ever are no progress):
+chunk that completes its prompt: chunks recomputed for ever are no progress),
+or since work arrived after a time with none outstanding:
 the model loads started, and the simulated seconds passed. When either passes the scenario's limit (``engine.progress_max_loads``,
 ``engine.progress_horizon_s``) with requests outstanding, the run stops with
 :class:`NoProgress`, naming the policy, the models and the loop.
@@ -36,12 +37,15 @@ class ProgressGuard:
 
     @property
     def last_progress_s(self) -> float:
-        return self.engine.last_progress_s
+        """The last step that computed tokens, or the last arrival that found nothing outstanding if later: an
+        idle gap between arrivals (a trace's quiet night) is no loop."""
+        return max(self.engine.last_progress_s, self.engine.busy_since_s)
 
     def _recount(self) -> None:
-        """Start the counts afresh when a step has computed tokens since they began."""
-        if self.engine.last_progress_s != self.counted_since_s:
-            self.counted_since_s = self.engine.last_progress_s
+        """Start the counts afresh when a step has computed tokens (or work arrived after a lull) since they began."""
+        since = self.last_progress_s
+        if since != self.counted_since_s:
+            self.counted_since_s = since
             self.loads.clear()
             self.unloads.clear()
 
@@ -66,6 +70,7 @@ class ProgressGuard:
 
     def diagnosis(self, now: float) -> str:
         engine = self.engine
+        self._recount()  # the loads since the last progress only, not those of a lull before it
         head = (f"{engine.policy.label}: no token computed since "
                 f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {engine.outstanding:,} request(s) outstanding")
         loads = sum(self.loads.values())

@@ -191,6 +191,7 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     """Run every task not already finished under OUT/runs/, keep OUT/index.* current, return what happened."""
     out = Path(out)
     runs_dir = out / "runs"
+    check_same_runs(out, tasks)
     runs_dir.mkdir(parents=True, exist_ok=True)
     remove_temporaries(out)
     atomic_write(out / "sweep.json", lambda p: Path(p).write_text(json.dumps(
@@ -224,6 +225,20 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     frame = write_index(out, ordered(), axes)
     return {"ran": len(todo), "skipped": len(tasks) - len(todo), "failed": failed, "wall_s": time.perf_counter() - started,
             "run_seconds": run_seconds, "index": frame}
+
+
+def check_same_runs(out: Path, tasks: list[RunTask]) -> None:
+    """Before any write: a finished run folder is kept only if it holds the run this sweep would make now (its
+    scenario.json is the task's scenario); after the base scenario or the sweep file changed, keeping it would
+    index runs of another scenario under this sweep's axes."""
+    from sim.runner import holds_same_run
+
+    for task in tasks:
+        run_dir = out / "runs" / task.run_id
+        if finished(run_dir) is not None and not holds_same_run(run_dir, task.scenario_data):
+            raise MmsimError(f"holds runs made from another scenario (e.g. runs/{task.run_id}: the base scenario or "
+                             "the sweep file changed since); give a new --out, or delete this folder to rerun the "
+                             "sweep", source=str(out))
 
 
 def check_sweep_folder(out: Path, name: str, axes: list[str]) -> None:

@@ -119,6 +119,8 @@ def cost_table(frame: pd.DataFrame, axes: list[str]) -> list[dict]:
     keys = [a for a in _varying(axes, frame) if a != "seed"]
     ok = frame[frame["status"].eq("ok")]
     rows: list[dict[str, Any]] = []
+    if ok.empty:
+        return rows
     for _, part in (ok.groupby(keys, sort=False, dropna=False) if keys else [((), ok)]):
         label = _series_label(part.iloc[0], keys)
         rows.append({"series": label, "policy": _policy_of(label), "runs": len(part),
@@ -217,14 +219,11 @@ def _read_object(path: Path, what: str) -> dict:
     return data
 
 
-def sweep_report(sweep_dir: Path, out: Path) -> Path:
-    """Write a self-contained HTML page for the sweep in ``sweep_dir`` to ``out``; return ``out``."""
-    sweep_dir, out = Path(sweep_dir), Path(out)
-    if not (sweep_dir / "index.parquet").is_file() and not (sweep_dir / "index.csv").is_file():
-        raise MmsimError("not a sweep folder (no index.parquet or index.csv)", source=str(sweep_dir))
-    frame = _read_sweep_index(sweep_dir)
-    meta = _read_object(sweep_dir / "sweep.json", "sweep description")
-    axes = meta.get("axes") or [c for c in frame.columns if c not in ("run_id", "status", "error") and "." in c]
+def _figure_sections(frame: pd.DataFrame, axes: list[str]) -> list[str]:
+    """The plots and the cost section; with no finished run (every run failed, or none ran), a line that says so."""
+    if not frame["status"].eq("ok").any():
+        return ["<p><strong>No run of this sweep finished (every run failed, or none ran), so there are no figures; "
+                "the runs table gives each failed run's error.</strong></p>"]
     x = _x_axis(axes, frame)
     xlabel = "load multiplier" if x == "load" else x
     sections = []
@@ -233,7 +232,18 @@ def sweep_report(sweep_dir: Path, out: Path) -> Path:
         title = f"{label} vs {xlabel}" if xlabel else f"{label} per series"
         sections.append(f"<h2>{html.escape(title)}</h2>"
                         f"<p>{html.escape(_band_caption(bands, metric))}</p>{_svg(bands, xlabel, label)}")
-    sections.append(_cost_section(frame, axes))
+    return [*sections, _cost_section(frame, axes)]
+
+
+def sweep_report(sweep_dir: Path, out: Path) -> Path:
+    """Write a self-contained HTML page for the sweep in ``sweep_dir`` to ``out``; return ``out``."""
+    sweep_dir, out = Path(sweep_dir), Path(out)
+    if not (sweep_dir / "index.parquet").is_file() and not (sweep_dir / "index.csv").is_file():
+        raise MmsimError("not a sweep folder (no index.parquet or index.csv)", source=str(sweep_dir))
+    frame = _read_sweep_index(sweep_dir)
+    meta = _read_object(sweep_dir / "sweep.json", "sweep description")
+    axes = meta.get("axes") or [c for c in frame.columns if c not in ("run_id", "status", "error") and "." in c]
+    sections = _figure_sections(frame, axes)
     sections.append(_capacity_section(sweep_dir / "capacity.json"))
     figures = {"slo_attainment": ".3f", "goodput_requests_per_s": ".3f", "cost_usd": ".4f", "cost_per_1k_requests_usd": ".4f",
                "cost_per_million_output_tokens_usd": ".3f", "gpu_hours": ".3f", "throughput_tokens_per_s": ".1f",
