@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
@@ -235,6 +236,46 @@ def check_output_file(path: Path) -> Path:
         raise MmsimError(f"the output folder {parent} is not a folder", source=str(path))
     check_output_dir(parent)
     return path
+
+
+PAGE_START = b"<!DOCTYPE html"
+"""How every HTML page mmsim writes begins (comparison, sweep and reproduction reports)."""
+
+
+def check_page_target(path: Path, *, inputs: Iterable[Path] = (), folders: Iterable[Path] = (),
+                      force: bool | None = None) -> Path:
+    """An HTML page to write, checked before any work: writable, none of the command's inputs, and not replacing
+    a file mmsim did not write. ``force`` is None for a command without --force."""
+    check_output_file(path)
+    check_not_input(path, inputs, folders)
+    check_replaceable(path, force)
+    return path
+
+
+def check_not_input(path: Path, inputs: Iterable[Path] = (), folders: Iterable[Path] = ()) -> None:
+    """Refuse an output that is one of the command's input files or lies in one of its input folders: the page
+    would replace what the command reads, and every later command on it would fail."""
+    target = path.resolve()  # a symbolic link or a ../ spelling names the same file
+    for source in inputs:
+        if target == source.resolve() or (path.exists() and source.exists() and path.samefile(source)):
+            raise MmsimError("the output is also an input of this command; give a new file for the page",
+                             source=str(path))
+    for folder in folders:
+        if target.is_relative_to(folder.resolve()):
+            raise MmsimError(f"the output lies inside the input folder {folder}, whose files the command reads; "
+                             "give a file outside it", source=str(path))
+
+
+def check_replaceable(path: Path, force: bool | None = None) -> None:
+    """Refuse to replace an existing file that is not a page mmsim wrote (a scenario, a trace, a run's JSON):
+    re-running a command onto its own earlier page still works."""
+    if force or not path.is_file():
+        return
+    with path.open("rb") as handle:
+        if handle.read(len(PAGE_START)) == PAGE_START:
+            return
+    remedy = "give another file, or --force to replace it" if force is False else "give another file or remove it"
+    raise MmsimError(f"exists and is not an HTML page written by mmsim; {remedy}", source=str(path))
 
 
 def disk_error(error: OSError, path: Path | str) -> MmsimError | None:

@@ -11,8 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.cli import app
-from sim.cli.common import (AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, check_page_target,
-                            console)
+from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console
 from sim.errors import MmsimError
 from sim.scenario import MAX_SEED
 
@@ -94,24 +93,11 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
     check_output_dir(runs_dir)
     names = [name.strip() for name in policies.split(",") if name.strip()]
     loaded = load_with_overrides(scenario, profile, autoscaler, allow_policy_files, scenario_policy=False)
-    if out is not None:  # before the runs, not after them
-        check_page_target(out, inputs=[scenario], folders=_compare_folders(loaded, names, runs_dir, seed, seeds),
-                          force=force)
     report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode,
                            threshold=drop_threshold, force=force, scenario=loaded, first_seed=seed)
     print_ranking(by_policy(runs), drop_threshold)
     console.print(f"{len(runs)} runs kept under [bold]{escape(str(runs_dir))}[/]")
     console.print(f"report: [bold]{escape(str(report))}[/] ({_size(report)})")
-
-
-def _compare_folders(scenario, policies: list[str], runs_dir: Path, seed: int | None, seeds: int) -> list[Path]:
-    """The run folders ``compare`` writes and then reads back for its report."""
-    from sim.reports.compare import MAX_SEEDS, run_folder
-
-    first = scenario.seed if seed is None else seed
-    # compare refuses more than MAX_SEEDS seeds itself; a typo of many digits must not stall this check
-    return [run_folder(runs_dir, scenario, policy, number) for policy in policies
-            for number in range(first, first + min(seeds, MAX_SEEDS))]
 
 
 def _run_folders(paths: list[Path]) -> list[Path]:
@@ -139,6 +125,8 @@ def _sweep_report(sweep_dir: Path, out: Path | None) -> Path:
         raise MmsimError(f"{sweep_dir} is a sweep folder, but sweep reports are not available in this version "
                          "(no sim.sweep.report); pass run folders instead") from None
 
+    from sim.files import check_page_target
+
     target = check_page_target(out or Path("reports") / f"{sweep_dir.name}.html", folders=[sweep_dir])
     return sweep_report(sweep_dir, target)
 
@@ -163,7 +151,7 @@ def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one 
         from sim.reports.comparable import comparable_groups
         from sim.reports.data import by_policy
 
-        from sim.files import safe_name
+        from sim.files import check_page_target, safe_name
 
         folders = _run_folders(runs)
         if out is not None:

@@ -8,7 +8,7 @@ import typer
 
 import sim.reproduce.policies  # noqa: F401  (registers paper-preemption and paper-offload for `mmsim run`)
 from sim.cli import app
-from sim.cli.common import check_page_target, console, print_json, table
+from sim.cli.common import console, print_json, table
 from sim.errors import MmsimError
 
 reproduce_app = typer.Typer(help="Reproduce published experiments in the simulator.", no_args_is_help=True)
@@ -42,6 +42,8 @@ def paper(platform: str = typer.Option("all", "--platform", help="rtx5000, a6000
     platforms = PLATFORMS if platform == "all" else (platform,)
     overrides = _profile_overrides(profile, platforms)
     if html_path is not None:  # before minutes of experiments, not after
+        from sim.files import check_page_target
+
         check_page_target(html_path, inputs=[Path(path) for path in overrides.values()])
     from sim.reproduce import compare, report
     from sim.reproduce.experiments import run_platform

@@ -7,6 +7,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.errors import MmsimError
+from sim.files import check_page_target
 from sim.reports.data import RunData
 from sim.reports.html import build_report
 from sim.reports.metrics import DROP_THRESHOLD
@@ -58,6 +59,7 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
                              f"{folder}; give each policy once")
         folders[folder] = policy
         check_run_dir(folder, force, scenario_data)
+    check_page_target(out, inputs=[scenario_path], folders=list(folders), force=force)  # the page reads them all
     runs: list[RunData] = []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   disable=not show_progress) as progress:
