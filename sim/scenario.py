@@ -152,8 +152,8 @@ class EngineSection(Strict):
     preemption_mode: Literal["recompute", "swap"] = "recompute"
     progress_horizon_s: float = Field(default=3600.0, gt=0, le=1e7, description="simulated seconds without a "
                                       "token while work is outstanding before the run stops with a diagnosis")
-    progress_max_loads: int = Field(default=1000, ge=1, description="model loads without a token before the "
-                                    "run stops with a diagnosis")
+    progress_max_loads: int = Field(default=1000, ge=1, description="reloads (loads of a model unloaded "
+                                    "since the last token) before the run stops with a diagnosis")
     prefix_caching: bool = Field(default=True, description="vLLM's automatic prefix caching, for requests whose "
                                  "trace rows carry prefix_ids")
 

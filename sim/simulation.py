@@ -21,6 +21,7 @@ from sim.engine.sampler import Sampler
 from sim.errors import MmsimError
 from sim.fleet.hardware import build_hardware, pool_layouts
 from sim.fleet.placement import pool_preference
+from sim.policies.contract import check_accounted, user_code_error
 from sim.policies.registry import make_policy
 from sim.results import ColumnTable, RequestTable, event_table, sample_table
 from sim.summary import summarize
@@ -113,18 +114,36 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
         chunks = iter_requests(scenario.workload, seed=seed, base_dir=base_dir)
     rng = np.random.default_rng([seed, 1])
     started = time.perf_counter()
-    engine.policy.setup(engine.view)
-    _start_autoscaler(env, engine, scenario, layouts)
-    stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
-    Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario))
-    with _few_collections():
-        arrivals.run(env, engine, stream)
+    with _user_code_errors(engine):
+        engine.policy.setup(engine.view)
+        _start_autoscaler(env, engine, scenario, layouts)
+        stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
+        Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario, len(gpus)))
+        with _few_collections():
+            arrivals.run(env, engine, stream)
     _drop_leftovers(engine)
+    check_accounted(engine, stream.seen)
     wall_s = time.perf_counter() - started
     tables = RunTables(RequestTable(engine.recorder), event_table(engine.recorder), sample_table(engine.recorder))
     summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
                         mode, wall_s)
     return RunResult(tables, summary)
+
+
+@contextmanager
+def _user_code_errors(engine: Engine) -> Iterator[None]:
+    """An exception from a user's policy or autoscaler ends the run as one line naming it (mmsim's own keep
+    their traceback)."""
+    try:
+        yield
+    except MmsimError:
+        raise
+    except Exception as error:
+        autoscaler = getattr(engine.fleet, "autoscaler", None)
+        problem = user_code_error(error, engine, autoscaler)
+        if problem is None:
+            raise
+        raise problem from error
 
 
 def _start_autoscaler(env: simpy.Environment, engine: Engine, scenario: Scenario, layouts) -> None:
@@ -166,7 +185,14 @@ def _mix_shares(scenario: Scenario) -> dict[str, float]:
     return dict(zip(names, shares.tolist()))
 
 
-def _default_interval(scenario: Scenario) -> float:
+SAMPLE_ROWS = 2_000_000
+"""Sample rows (one per GPU) a generated workload's default interval allows: a 65,536-GPU cluster sampled 300
+times would spend most of its run writing 20 million rows no figure needs."""
+
+
+def _default_interval(scenario: Scenario, gpus: int) -> float:
+    """300 samples over a generated workload's duration (at least 0.5 s apart, at most ``SAMPLE_ROWS`` rows),
+    or every 5 s for a trace."""
     generator = getattr(scenario.workload, "generator", None)
     duration = getattr(generator, "duration_s", None)
-    return max(0.5, duration / 300) if duration else 5.0
+    return max(0.5, duration / 300, duration * gpus / SAMPLE_ROWS) if duration else 5.0

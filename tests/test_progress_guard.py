@@ -73,7 +73,8 @@ def test_models_loaded_over_and_over_stop_the_run_naming_the_policy_and_model(po
         simulate(scenario(progress_max_loads=50), policy=f"{policy_file}:Thrash", chunks=one_request())
     message = str(stopped.value)
     assert message.startswith("thrash: no token computed since t=1.0 s")
-    assert "50 model loads in that time: qwen2.5-3b (50 loads, " in message
+    # Setup's first load came before the arrival that starts the count: all 50 counted are reloads.
+    assert "50 model loads in that time, 50 of them reloads: qwen2.5-3b (50 loads, 50 unloads)" in message
     assert "unloads) is loaded and unloaded over and over" in message
 
 
@@ -131,3 +132,35 @@ def test_a_quiet_gap_between_arrivals_is_no_loop(policy):
     assert list(frame["status"]) == ["completed", "completed"]
     assert frame["finish_s"].iloc[1] > 20_000.0
 
+
+
+def test_a_request_static_never_places_does_not_stop_the_run_across_a_lull():
+    # One GPU holds qwen2.5-14b (static places it first); qwen3-8b's request at t=1 can never be served. The
+    # other model is quiet from t~7 to t=5,000, past the 3,600 s horizon: nothing but arrivals happens in that
+    # time (no load, timer or computation), so nothing loops, and the run must end with that request dropped.
+    scenario = parse_scenario(scenario_dict(cluster={"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 64},
+                                            models=[{"name": "qwen2.5-14b"}, {"name": "qwen3-8b"}]), "test")
+    chunks = requests_at([1.0, 1.0, 5000.0], ["qwen2.5-14b", "qwen3-8b", "qwen2.5-14b"])
+    frame = simulate(scenario, policy="static", chunks=chunks).requests
+    assert list(frame["status"]) == ["completed", "dropped", "completed"]
+    assert frame["drop_reason"].iloc[1] == "not_placed" and frame["finish_s"].iloc[2] > 5000.0
+
+
+def test_a_policy_timer_in_a_lull_is_still_watched(policy_file):
+    # Dither re-checks every second and never places: timers fire in the lull, so it is no quiet time.
+    with pytest.raises(NoProgress):
+        simulate(scenario(progress_horizon_s=60.0), policy=f"{policy_file}:Dither",
+                 chunks=requests_at([1.0, 5000.0], ["qwen2.5-3b", "qwen2.5-3b"]))
+
+
+def test_a_large_clusters_first_placement_is_no_loop():
+    # 256 nodes x 8 GPUs: static loads a model on each of the 2,048 GPUs before any token, twice the default
+    # limit of 1,000; only reloads (loads of a model unloaded since the last token) count towards it.
+    models = [{"name": "qwen2.5-3b"}, {"name": "qwen3-8b"}, {"name": "mistral-7b"}]
+    scenario = parse_scenario(scenario_dict(cluster={"nodes": 256, "gpus_per_node": 8, "host_memory_gb": 64},
+                                            models=models), "test")
+    result = simulate(scenario, policy="static", chunks=requests_at([1.0, 2.0], ["qwen3-8b", "mistral-7b"]))
+    loads = result.events[result.events["kind"] == "load"]
+    assert len(loads) == 2048 and loads["gpu"].nunique() == 2048
+    assert loads["model"].value_counts().min() >= 1 and set(loads["model"]) == {m["name"] for m in models}
+    assert list(result.requests["status"]) == ["completed", "completed"]

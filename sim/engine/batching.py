@@ -83,7 +83,7 @@ def admit(engine: Engine, instance: Instance, now: float, prefills: list[tuple[R
     config = engine.config
     budget = config.max_num_batched_tokens - len(running) - sum(chunk for _, chunk in prefills)
     if waiting and engine.reorders_waiting:  # the default order is FCFS: nothing to do
-        engine.policy.order_waiting(instance, engine.view)
+        engine.view.order_waiting(instance)
     max_num_seqs, chunked, block_size = config.max_num_seqs, config.chunked_prefill, config.block_size
     while waiting and budget > 0:
         if len(running) + len(prefilling) >= max_num_seqs:

@@ -29,6 +29,7 @@ from sim.engine.routing import Router
 from sim.engine.request import NAN, Request
 from sim.engine.transfers import Node
 from sim.policies.base import Policy
+from sim.policies.contract import is_user_code
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Engine:
         self.hooks_step: bool = "on_step" in hooks
         self.hooks_finish: bool = "on_finish" in hooks
         self.reorders_waiting: bool = policy.reorders_waiting
+        self.checks_policy: bool = is_user_code(policy)  # a user's order_waiting is checked (sim.policies.contract)
         # What fast-forward may assume of the waiting queue's order (see sim.policies.base.WAITING_ORDERS):
         order = policy.waiting_order if policy.reorders_waiting else "fcfs"
         self.sorts_waiting_by_key: bool = order in ("by-key", "fixed-key")  # any waiting request may come first

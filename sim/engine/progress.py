@@ -6,9 +6,10 @@ a simulation of such a loop would run forever. The guard watches two figures
 since the last step that emitted a token (a decode iteration, or a prefill
 chunk that completes its prompt: chunks recomputed for ever are no progress),
 or since work arrived after a time with none outstanding:
-the model loads started, and the simulated seconds passed. When either passes the scenario's limit (``engine.progress_max_loads``,
+the loads of models unloaded in that time (reloads), and the simulated seconds passed. When either passes the scenario's limit (``engine.progress_max_loads``,
 ``engine.progress_horizon_s``) with requests outstanding, the run stops with
-:class:`NoProgress`, naming the policy, the models and the loop.
+:class:`NoProgress`, naming the policy, the models and the loop. Time that passed quietly (nothing but
+arrivals: no load, unload, policy timer or computation) is no loop and stops nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class ProgressGuard:
         self.counted_since_s = 0.0  # the engine's last progress time when the counts below started
         self.loads: Counter[str] = Counter()
         self.unloads: Counter[str] = Counter()
+        self.reloads = 0  # loads of a model unloaded in that time: what a loop of evictions is made of
+        self.timers = 0  # policy timers (view.call_at) fired in that time
 
     @property
     def last_progress_s(self) -> float:
@@ -48,22 +51,41 @@ class ProgressGuard:
             self.counted_since_s = since
             self.loads.clear()
             self.unloads.clear()
+            self.reloads = 0
+            self.timers = 0
 
     def loaded(self, model: str, now: float) -> None:
         self._recount()
         self.loads[model] += 1
-        if sum(self.loads.values()) >= self.engine.config.progress_max_loads:
-            self.stop(now)
+        # Only reloads count towards the limit: loads alone are bounded by memory, and a large cluster's first
+        # placement may start thousands of them before any token.
+        if self.unloads[model]:
+            self.reloads += 1
+            if self.reloads >= self.engine.config.progress_max_loads:
+                self.stop(now)
         self.check(now)
 
     def unloaded(self, model: str) -> None:
         self._recount()
         self.unloads[model] += 1
 
+    def timer_fired(self) -> None:
+        self._recount()
+        self.timers += 1
+
     def check(self, now: float) -> None:
-        """Stop the run if no token was computed for longer than the horizon while work is outstanding."""
+        """Stop the run if no token was computed for longer than the horizon while work is outstanding, unless
+        the time passed quietly."""
         if self.engine.outstanding and now - self.last_progress_s > self.engine.config.progress_horizon_s:
-            self.stop(now)
+            if not self.quiet():
+                self.stop(now)
+
+    def quiet(self) -> bool:
+        """Whether nothing but arrivals happened since the last progress: no load, unload or policy timer, and
+        nothing computing or loading now. Then nothing loops (arrivals are finite); the outstanding requests
+        are ones the policy left where nothing serves them (a model static never placed), dropped at the end."""
+        self._recount()
+        return not self.timers and not self.loads and not self.unloads and self.engine.settled()
 
     def stop(self, now: float) -> None:
         raise NoProgress(self.diagnosis(now))
@@ -78,7 +100,7 @@ class ProgressGuard:
             models = sorted(self.loads, key=lambda m: (-self.loads[m], m))
             named = " and ".join(f"{m} ({self.loads[m]:,} loads, {self.unloads[m]:,} unloads)" for m in models[:4])
             loop = "evict each other" if len(models) > 1 else "is loaded and unloaded over and over"
-            head += f"; {loads:,} model loads in that time: {named} {loop}"
+            head += f"; {loads:,} model loads in that time, {self.reloads:,} of them reloads: {named} {loop}"
         else:
             head += f"; {self.waiting_summary()}"
         return (f"{head}. The run is stopped: the policy loops without serving anyone "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from typing import TYPE_CHECKING
 
 from sim.policies.base import Policy, mypyc_attr
@@ -29,53 +31,88 @@ def static_placement(view: ClusterView) -> list[tuple[int, int]]:
     """
     gpus = list(view.gpus)
     pool_rank = _pool_ranks(view, gpus)
-    models = range(len(view.model_names))
     pairs: list[tuple[int, int]] = []
     taken: set[int] = set()
-    for model in models:
+    _place_explicit(view, pairs, taken)
+    _place_groups(view, gpus, pool_rank, pairs, taken)
+    unplaced = [m for m in range(len(view.model_names))
+                if not view.placement(m).get("gpus") and view.gpus_per_instance(m) == 1]
+    free = [g for g in gpus if g.index not in taken]
+    if len(free) >= len(unplaced):
+        _share_out_gpus(view, unplaced, free, pool_rank, pairs)
+    else:
+        _pack_gpus(view, unplaced, free, pairs)
+    return pairs
+
+
+def _place_explicit(view: ClusterView, pairs: list[tuple[int, int]], taken: set[int]) -> None:
+    """The scenario's explicit ``gpus`` per model: one instance per aligned group they name."""
+    for model in range(len(view.model_names)):
         size = view.gpus_per_instance(model)
+        firsts: set[int] = set()
         for index in view.placement(model).get("gpus") or []:
             first = index - index % size
-            if (model, first) in pairs:
+            if first in firsts:
                 continue  # another index of the same group (gpus: [0, 1] at TP2): one instance spans both
+            firsts.add(first)
             pairs.append((model, first))
             taken.update(range(first, first + size))
-    for model in models:
+
+
+def _place_groups(view: ClusterView, gpus: list, pool_rank: list[dict[int, int]], pairs: list[tuple[int, int]],
+                  taken: set[int]) -> None:
+    """Each multi-GPU model's replicas, each on the first whole aligned group of free GPUs in its pool order."""
+    for model in range(len(view.model_names)):
         size = view.gpus_per_instance(model)
         if size == 1 or view.placement(model).get("gpus"):
             continue
         replicas = view.placement(model).get("replicas")
-        starts = sorted((g for g in gpus if g.pool in pool_rank[model] and _group_starts_at(view, model, g)),
-                        key=lambda g: (pool_rank[model][g.pool], g.index))
+        rank = pool_rank[model]
+        starts = [index for _, index in sorted((rank[g.pool], g.index) for g in gpus
+                                               if g.pool in rank and _group_starts_at(view, model, g))]
+        position = 0  # a start passed over stays taken (``taken`` only grows): the search resumes after it
         for _ in range(replicas if isinstance(replicas, int) and replicas > 0 else 1):
-            first = next((g.index for g in starts if not taken & set(range(g.index, g.index + size))), None)
-            if first is None:
+            while position < len(starts) and not taken.isdisjoint(range(starts[position], starts[position] + size)):
+                position += 1
+            if position == len(starts):
                 break
+            first = starts[position]
             pairs.append((model, first))
             taken.update(range(first, first + size))
-    unplaced = [m for m in models if not view.placement(m).get("gpus") and view.gpus_per_instance(m) == 1]
+
+
+def _share_out_gpus(view: ClusterView, unplaced: list[int], free: list, pool_rank: list[dict[int, int]],
+                    pairs: list[tuple[int, int]]) -> None:
+    """At least a GPU per model: each model gets one, the spare ones go to the most demand per GPU, and the
+    largest models choose first, lowest index in their best pool first."""
     demand = {m: view.placement(m).get("demand", 1.0) for m in unplaced}
-    free = [g.index for g in gpus if g.index not in taken]
-    if len(free) >= len(unplaced):
-        counts = {m: 1 for m in unplaced}
-        for _ in range(len(free) - len(unplaced)):
-            neediest = max(unplaced, key=lambda m: (demand[m] / counts[m], -m)) if unplaced else None
-            if neediest is not None:
-                counts[neediest] += 1
-        pool_of = {g.index: g.pool for g in gpus}
-        for m in sorted(unplaced, key=lambda m: -view.costs(m).weight_bytes()):
-            for _ in range(counts[m]):
-                usable = [i for i in free if pool_of[i] in pool_rank[m]]
-                if not usable:
-                    break
-                best = min(usable, key=lambda i: (pool_rank[m][pool_of[i]], i))
-                free.remove(best)
-                pairs.append((m, best))
-        return pairs
-    capacity = {g.index: g.capacity_bytes for g in gpus if g.index in free}
+    counts = {m: 1 for m in unplaced}
+    neediest = [(-demand[m], m) for m in unplaced]  # demand per GPU, by (-(demand / count), model)
+    heapq.heapify(neediest)
+    for _ in range(len(free) - len(unplaced) if unplaced else 0):
+        _, model = heapq.heappop(neediest)
+        counts[model] += 1
+        heapq.heappush(neediest, (-demand[model] / counts[model], model))
+    by_pool: dict[int, deque[int]] = {}
+    for gpu in free:  # in index order
+        by_pool.setdefault(gpu.pool, deque()).append(gpu.index)
+    for m in sorted(unplaced, key=lambda m: -view.costs(m).weight_bytes()):
+        wanted = counts[m]
+        for pool in sorted(pool_rank[m], key=lambda pool: pool_rank[m][pool]):
+            queue = by_pool.get(pool)
+            while wanted and queue:
+                pairs.append((m, queue.popleft()))
+                wanted -= 1
+
+
+def _pack_gpus(view: ClusterView, unplaced: list[int], free: list, pairs: list[tuple[int, int]]) -> None:
+    """Fewer GPUs than models: by demand, each on the GPU with the most free memory, alone if it fits or beside
+    others while ``KV_RESERVE_SHARE`` of the GPU stays free; a model that fits nowhere is not served."""
+    capacity = {g.index: g.capacity_bytes for g in free}
     remaining = dict(capacity)
     if not remaining:
-        return pairs  # no GPU is up (an elastic pool may start with no node): an autoscaler adds them
+        return  # no GPU is up (an elastic pool may start with no node): an autoscaler adds them
+    demand = {m: view.placement(m).get("demand", 1.0) for m in unplaced}
     for m in sorted(unplaced, key=lambda m: (-demand[m], m)):
         need = view.footprint_bytes(m, view.placement(m).get("gpu_share", 1.0))
         target = max(remaining, key=lambda i: (remaining[i], -i))
@@ -84,7 +121,6 @@ def static_placement(view: ClusterView) -> list[tuple[int, int]]:
         if need < room:
             pairs.append((m, target))
             remaining[target] -= need
-    return pairs
 
 
 def _group_starts_at(view: ClusterView, model: int, gpu) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from sim.errors import MmsimError
+from sim.policies.contract import checked_order_waiting
 
 if TYPE_CHECKING:  # the engine imports this module: its types are for the type checker and mypyc only
     from sim.costs import ModelCosts
@@ -124,9 +125,12 @@ class ClusterView:
 
     def order_waiting(self, instance: Instance) -> None:
         """Put ``instance.waiting`` in the order its next admission will try it (the policy's own order)."""
-        policy = self._engine.policy
-        if policy.reorders_waiting:
-            policy.order_waiting(instance, self)
+        engine = self._engine
+        if engine.reorders_waiting:
+            if engine.checks_policy:
+                checked_order_waiting(engine, instance)
+            else:
+                engine.policy.order_waiting(instance, self)
 
     def sync(self, gpu: Gpu) -> None:
         """Bring a fast-forwarding GPU's counters up to now before reading them."""
@@ -186,6 +190,7 @@ class ClusterView:
         timer = env.timeout(max(0.0, time_s - env.now))
 
         def fire(_event: object) -> None:
+            self._engine.progress.timer_fired()
             callback(self)
 
         timer.callbacks.append(fire)

@@ -1,0 +1,120 @@
+"""The policy contract, checked where a user's code could break it.
+
+A policy decides; the engine moves requests. The one queue a policy touches directly is
+``instance.waiting`` in ``order_waiting``, which it may reorder but not add to or take from.
+Built-in policies are held to that by the tests; a policy of one's own (a file, an entry point,
+a subclass) is checked at every ``order_waiting`` call, and every run ends with a count: each
+request that arrived finished or was dropped with a reason, exactly once. A user's hook that
+raises ends the run in one line naming the policy, the hook and the line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import TYPE_CHECKING
+
+from sim.errors import MmsimError
+
+if TYPE_CHECKING:
+    from sim.engine.engine import Engine
+    from sim.engine.instance import Instance
+
+
+class PolicyContractError(MmsimError):
+    """A user's policy (or autoscaler) broke the contract the engine relies on, or raised."""
+
+
+def is_user_code(obj: object) -> bool:
+    """Whether ``obj``'s class was written outside mmsim (a user's file, an entry point, a subclass of a built-in)."""
+    return not type(obj).__module__.startswith("sim.")
+
+
+def policy_label(engine: Engine) -> str:
+    policy = engine.policy
+    name = policy.label
+    return f"policy {name!r}" if name == type(policy).__name__ else f"policy {name!r} ({type(policy).__name__})"
+
+
+def checked_order_waiting(engine: Engine, instance: Instance) -> None:
+    """Call the policy's ``order_waiting`` and stop the run if it did more than reorder the queue."""
+    waiting = instance.waiting
+    before = sorted(map(id, waiting))
+    engine.policy.order_waiting(instance, engine.view)
+    if instance.waiting is not waiting:
+        problem = "replaced instance.waiting with another object (reorder it in place: clear() then extend())"
+    elif sorted(map(id, waiting)) != before:
+        problem = _difference(len(before), waiting)
+    else:
+        return
+    raise PolicyContractError(f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its "
+                              f"order_waiting on {instance.name} (GPU {instance.gpu.index}) {problem}; order_waiting may only reorder the queue "
+                              "(requests move between queues only through the view's actions)")
+
+
+def _difference(count_before: int, waiting) -> str:
+    """What changed in a queue that should hold the same requests."""
+    count_after = len(waiting)
+    if count_after < count_before:
+        return f"removed {count_before - count_after} request(s) from the waiting queue"
+    if len({id(request) for request in waiting}) < count_after:
+        return "put one request into the waiting queue twice"
+    if count_after > count_before:
+        return f"added {count_after - count_before} request(s) to the waiting queue"
+    return "swapped requests of the waiting queue for others"
+
+
+def check_accounted(engine: Engine, arrived: int) -> None:
+    """Every request that arrived ended once, finished or dropped with a reason; else name the policy."""
+    ended = engine.recorder.rows
+    if ended == arrived:
+        return
+    if ended < arrived:
+        what = (f"lost {arrived - ended:,} of {arrived:,} requests: they arrived but neither finished nor were "
+                "dropped (taken out of a queue by the policy's own code?)")
+    else:
+        what = (f"ended {ended - arrived:,} request(s) twice ({ended:,} endings for {arrived:,} arrivals: a request "
+                "put into two queues by the policy's own code?)")
+    raise PolicyContractError(f"{policy_label(engine)} {what}; requests move between queues only through the "
+                              "view's actions")
+
+
+def user_code_error(error: Exception, engine: Engine, autoscaler: object | None) -> PolicyContractError | None:
+    """The one-line error for an exception raised in a user's policy or autoscaler code; None if it came from
+    elsewhere (mmsim's own defect, which keeps its traceback)."""
+    suspects: list[tuple[str, object]] = [(policy_label(engine), engine.policy)]
+    if autoscaler is not None:
+        suspects.append((f"autoscaler {type(autoscaler).__name__!r}", autoscaler))
+    frames = [frame for link in _chain(error) for frame in traceback.extract_tb(link.__traceback__)]
+    for label, obj in suspects:
+        if not is_user_code(obj):
+            continue
+        files = _source_files(type(obj))
+        mine = [frame for frame in frames if frame.filename in files]
+        if mine:
+            frame = mine[-1]
+            return PolicyContractError(f"{label} raised {type(error).__name__}: {error} (in {frame.name}, "
+                                       f"{frame.filename} line {frame.lineno}) at t={engine.env.now:.3f} s")
+    return None
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and its causes: SimPy re-raises a process's exception as a copy whose cause is the original."""
+    links: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and link not in links:
+        links.append(link)
+        link = link.__cause__ or link.__context__
+    return links
+
+
+def _source_files(cls: type) -> set[str]:
+    """The files that define ``cls``'s methods outside mmsim (a user's class and its non-mmsim bases)."""
+    files = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("sim.") or klass.__module__ == "builtins":
+            continue
+        for member in vars(klass).values():
+            code = getattr(getattr(member, "__func__", member), "__code__", None)
+            if code is not None:
+                files.add(code.co_filename)
+    return files

@@ -1,0 +1,196 @@
+"""A user's policy that breaks the policy contract, or raises, stops the run with one line naming it.
+
+Before these checks a policy that took a request out of its waiting queue lost it silently (the summary counted
+fewer requests than arrived), one that put a request in twice hung the engine, and one that raised ended in a
+traceback. Each case here is a small policy doing one wrong thing; the expected outcome is written by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+
+import numpy as np
+import pytest
+
+from sim.policies.contract import PolicyContractError
+from sim.scenario import parse_scenario
+from sim.simulation import simulate
+from sim.workload.chunk import RequestChunk
+
+from conftest import MMSIM_CLI, scenario_dict, wall_clock_limit
+
+POLICIES = textwrap.dedent('''
+    from collections import deque
+
+    from sim.fleet.autoscalers import Autoscaler
+    from sim.policies.base import Policy
+    from sim.policies.static import StaticPolicy
+
+
+    class Reorders(StaticPolicy):
+        """Longest prompt first: a legal reorder."""
+        name = "reorders"
+
+        def order_waiting(self, instance, view):
+            ordered = sorted(instance.waiting, key=lambda r: (-r.prompt_tokens, r.id))
+            instance.waiting.clear()
+            instance.waiting.extend(ordered)
+
+
+    class TakesOne(StaticPolicy):
+        name = "takes-one"
+
+        def order_waiting(self, instance, view):
+            if len(instance.waiting) > 3:
+                instance.waiting.pop()
+
+
+    class AddsTwice(StaticPolicy):
+        name = "adds-twice"
+
+        def order_waiting(self, instance, view):
+            instance.waiting.append(instance.waiting[0])
+
+
+    class Replaces(StaticPolicy):
+        name = "replaces"
+
+        def order_waiting(self, instance, view):
+            instance.waiting = deque(reversed(instance.waiting))
+
+
+    class LosesOnFinish(StaticPolicy):
+        """Drops a waiting request on the floor from another hook, where no per-call check looks."""
+        name = "loses-on-finish"
+
+        def on_finish(self, request, instance, view):
+            if len(instance.waiting) > 2:
+                instance.waiting.pop()
+
+
+    class RaisesOnArrival(StaticPolicy):
+        name = "raises"
+
+        def on_arrival(self, request, view):
+            if request.id == 5:
+                raise KeyError("no such tenant")
+
+
+    class RaisesInSetup(Policy):
+        name = "raises-in-setup"
+
+        def setup(self, view):
+            return 1 / 0
+
+
+    class FailingScaler(Autoscaler):
+        name = "failing"
+
+        def desired(self, signals):
+            raise RuntimeError("metrics server down")
+''')
+
+
+@pytest.fixture(autouse=True)
+def bounded():
+    with wall_clock_limit(120):  # the defects these replace included a hang
+        yield
+
+
+@pytest.fixture
+def policies(tmp_path):
+    path = tmp_path / "contract_policies.py"
+    path.write_text(POLICIES)
+    return path
+
+
+def burst(n=40, model="qwen2.5-3b"):
+    """``n`` requests at t=1 for one instance of at most 4 running: the rest wait in its queue."""
+    times = np.ones(n)
+    return [RequestChunk(times, np.array([model] * n, object), np.full(n, 200), np.full(n, 20))]
+
+
+def scenario():
+    return parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}], engine={"max_num_seqs": 4}), "test")
+
+
+def run(policies, name, **kwargs):
+    return simulate(scenario(), policy=f"{policies}:{name}", chunks=burst(), **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_a_legal_reorder_serves_every_request(policies, mode):
+    frame = run(policies, "Reorders", mode=mode).requests
+    assert len(frame) == 40 and set(frame["status"]) == {"completed"}
+    assert frame["id"].is_unique
+
+
+@pytest.mark.parametrize("name, label, expected", [
+    ("TakesOne", "takes-one", "its order_waiting on qwen2.5-3b (GPU 0) removed 1 request(s) from the waiting queue"),
+    ("AddsTwice", "adds-twice", "its order_waiting on qwen2.5-3b (GPU 0) put one request into the waiting queue twice"),
+    ("Replaces", "replaces", "replaced instance.waiting with another object"),
+])
+def test_order_waiting_may_only_reorder(policies, name, label, expected):
+    with pytest.raises(PolicyContractError) as stopped:
+        run(policies, name)
+    message = str(stopped.value)
+    assert message.startswith(f"policy '{label}' ({name}) broke the policy contract at t="), message
+    assert expected in message, message
+
+
+def test_a_request_lost_outside_order_waiting_is_caught_by_the_final_count(policies):
+    with pytest.raises(PolicyContractError) as stopped:
+        run(policies, "LosesOnFinish")
+    message = str(stopped.value)
+    assert message.startswith("policy 'loses-on-finish' (LosesOnFinish) lost ")
+    lost = int(message.split(" lost ")[1].split(" of ")[0])
+    assert 1 <= lost < 40 and "of 40 requests" in message
+
+
+def test_an_exception_in_a_users_hook_names_the_policy_hook_and_line(policies):
+    with pytest.raises(PolicyContractError) as stopped:
+        run(policies, "RaisesOnArrival")
+    message = str(stopped.value)
+    line = POLICIES.splitlines().index('            raise KeyError("no such tenant")') + 1
+    assert message == (f"policy 'raises' (RaisesOnArrival) raised KeyError: 'no such tenant' (in on_arrival, "
+                       f"{policies} line {line}) at t=1.000 s")
+
+
+def test_an_exception_in_mmsims_own_policy_code_keeps_its_traceback(monkeypatch):
+    # A defect of mmsim's is not the user's input error: it must surface as itself, not as a one-line message.
+    from sim.policies.static import StaticPolicy
+
+    def broken(self, view):
+        raise ZeroDivisionError("mmsim defect")
+
+    monkeypatch.setattr(StaticPolicy, "setup", broken)
+    with pytest.raises(ZeroDivisionError):
+        simulate(scenario(), policy="static", chunks=burst())
+
+
+def test_the_cli_reports_a_raising_policy_in_one_line_exit_2_and_writes_nothing(policies, tmp_path):
+    path = tmp_path / "scenario.json"
+    import json
+    path.write_text(json.dumps(scenario_dict()))
+    out = tmp_path / "out"
+    done = subprocess.run([*MMSIM_CLI, "run", str(path), "--policy", f"{policies}:RaisesInSetup", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output and "raised ZeroDivisionError: division by zero (in setup, " in output
+    assert not out.exists()
+
+
+def test_a_raising_autoscaler_file_is_one_line_exit_2(policies, tmp_path):
+    path = tmp_path / "scenario.json"
+    import json
+    data = scenario_dict(autoscaler={"name": "queue-depth", "interval_s": 10.0})
+    path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    done = subprocess.run([*MMSIM_CLI, "run", str(path), "--autoscaler", f"{policies}:FailingScaler",
+                           "--out", str(out)], capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    assert "autoscaler 'FailingScaler' raised RuntimeError: metrics server down (in desired, " in output, output
+    assert not out.exists()
