@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.errors import MmsimError, validate_mapping
 from sim.files import load_json
@@ -50,6 +50,24 @@ def _limit(name: str) -> tuple[float, float, str]:
     if name.endswith("_s") or name.endswith("seconds") or name.endswith("per_gib"):
         return 0.0, MAX_COST_S, "seconds"
     return 0.0, 1e9, ""
+
+
+def _check_grid_axis(points: list, axis: str) -> list:
+    """Refuse a measured grid whose ``axis`` (batch, gpu_share) repeats a value or goes back. Two points at one
+    value make interpolation ambiguous (the cost model would keep one and drop the other without a word); and
+    `mmsim calibrate` writes grids in increasing order, so a point out of order is a hand edit gone wrong (a
+    typo'd batch), which is why it is refused rather than sorted."""
+    values = [getattr(point, axis) for point in points]
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{axis} {value:g} appears twice (expected each {axis} once)")
+        seen.add(value)
+    for previous, value in zip(values, values[1:]):
+        if value < previous:
+            raise ValueError(f"{axis} {value:g} comes after {axis} {previous:g} (expected the points in increasing "
+                             f"{axis} order)")
+    return points
 
 
 def _check_never_falls(grid: list, fields: tuple[str, ...], where: str) -> None:
@@ -222,6 +240,11 @@ class LayerCost(Sourced):
     decode_grid: list[BatchPoint] = Field(default_factory=list)
     samples: list[dict] = Field(default_factory=list)
 
+    @field_validator("decode_grid")
+    @classmethod
+    def _decode_axis(cls, points: list[BatchPoint]) -> list[BatchPoint]:
+        return _check_grid_axis(points, "batch")
+
     @model_validator(mode="after")
     def _grid_never_falls(self):
         _check_never_falls(self.decode_grid, ("base_s", "per_context_token_s"), "decode_grid")
@@ -237,6 +260,11 @@ class OffloadCurve(Sourced):
     """Measured decode throughput vs share of layers on the GPU (1.0 = all on GPU)."""
 
     points: list[OffloadPoint] = Field(min_length=2)
+
+    @field_validator("points")
+    @classmethod
+    def _share_axis(cls, points: list[OffloadPoint]) -> list[OffloadPoint]:
+        return _check_grid_axis(points, "gpu_share")
 
 
 class KvTransferOverride(Sourced):
@@ -271,6 +299,11 @@ class ModelCosts(Strict):
     offload_curve: OffloadCurve | None = None
     swap: SwapCosts | None = None
     kv_transfer: KvTransferOverride | None = None
+
+    @field_validator("head_gpu_grid", "head_cpu_grid")
+    @classmethod
+    def _head_axes(cls, points: list[HeadPoint]) -> list[HeadPoint]:
+        return _check_grid_axis(points, "batch")
 
     @model_validator(mode="after")
     def _head_grids_never_fall(self):

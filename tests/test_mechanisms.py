@@ -8,6 +8,7 @@ import pytest
 from sim.catalogue import get_model
 from sim.costs import ModelCosts
 from sim.policies.base import Policy
+from sim.policies.contract import PolicyContractError
 from sim.profile import load_profile
 from sim.scenario import parse_scenario
 from sim.simulation import simulate
@@ -132,5 +133,7 @@ class PreemptWaiting(PreemptAt):
 
 
 def test_preempting_a_request_that_is_not_decoding_is_refused():
-    with pytest.raises(ValueError, match="only a request decoding on this instance can be preempted"):
+    # The view refuses it; raised inside the policy's own code, that ends the run as one line naming it.
+    with pytest.raises(PolicyContractError, match="policy 'preempt-waiting' .* raised ValueError: only a request "
+                                                  "decoding on this instance can be preempted"):
         run_with(PreemptWaiting(times_s=(10.0,)), "qwen2.5-3b")  # the request arrives at 10 s and waits a step

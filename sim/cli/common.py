@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from sim.errors import MmsimError
+from sim.files import cut
 
 console = Console()
 
@@ -58,6 +62,45 @@ AUTOSCALER_OPTION = typer.Option(None, "--autoscaler", help="override the scenar
                                  "queue-depth, kv-utilisation, predictive or path/to/file.py:Class")
 FORCE_OPTION = typer.Option(False, "--force", help="replace a finished run of another scenario, policy or seed "
                             "(the same run is made again in place without it)")
+
+
+T = TypeVar("T")
+
+
+def comma_list(text: str, flag: str, convert: Callable[[str], T], noun: str, expected: str, *,
+               unique: bool = True) -> list[T]:
+    """The entries of a comma-separated flag, stripped and converted. An empty entry (``a,,b``, a trailing comma)
+    is refused, not dropped, and so (when ``unique``) is one given twice: either is usually a typo, and dropping
+    or repeating it would silently run something else than what was asked. ``convert`` raises ValueError for a
+    bad entry; ``expected`` says what the flag takes (``comma-separated policy names``)."""
+    shown = repr(cut(text))
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise MmsimError(f"{flag} must name at least one {noun}, not {shown} (expected {expected})")
+    if "" in parts:
+        raise MmsimError(f"{flag}: empty entry in {shown} (expected {expected})")
+    values = [_converted(part, convert, flag, expected) for part in parts]
+    seen: set = set()
+    for value in values if unique else ():
+        if value in seen:
+            raise MmsimError(f"{flag}: {value!r} is there twice in {shown} (give each {noun} once)")
+        seen.add(value)
+    return values
+
+
+def _converted(part: str, convert: Callable[[str], T], flag: str, expected: str) -> T:
+    try:
+        return convert(part)
+    except ValueError:
+        raise MmsimError(f"{flag}: expected {expected}, not {cut(part)!r}") from None
+
+
+def named(value: str | None, flag: str, expected: str) -> str | None:
+    """A flag naming one thing (``--policy``, ``--autoscaler``, ``--profile``), refused when given empty: an empty
+    name would fall back to the scenario's own without a word, or be looked up as a name nobody can have."""
+    if value is not None and not value.strip():
+        raise MmsimError(f"{flag}: needs {expected}")  # the value is blank: nothing to quote
+    return value
 
 
 _FIGURE = re.compile(r"[-+$]?[\d.,]{1,12}(e[-+]?\d+)?[%x×]?|-|—")

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.cli import app
-from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console
+from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, comma_list, console
 from sim.errors import MmsimError
 from sim.scenario import MAX_SEED
 
@@ -90,8 +90,10 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
 
     from sim.files import check_output_dir
 
+    # Twice-named policies are left to compare(), which also catches two spellings of one policy sharing a folder.
+    names = comma_list(policies, "--policies", str, "policy", "comma-separated policy names or path.py:Class",
+                       unique=False)
     check_output_dir(runs_dir)
-    names = [name.strip() for name in policies.split(",") if name.strip()]
     loaded = load_with_overrides(scenario, profile, autoscaler, allow_policy_files, scenario_policy=False)
     report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode,
                            threshold=drop_threshold, force=force, scenario=loaded, first_seed=seed)

@@ -8,11 +8,16 @@ from pathlib import Path
 import typer
 
 from sim.cli import app
-from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console, print_json, table
+from sim.cli.common import (AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, console, named, print_json,
+                            table)
 from sim.cli.run_summary import next_command, print_run_summary
 from sim.errors import MmsimError
 from sim.scenario import MAX_SEED, Scenario
 from sim.policies.registry import policy_descriptions
+
+POLICY_EXPECTED = "a policy name or path/to/file.py:Class (see mmsim policies list)"
+PROFILE_EXPECTED = "a built-in profile name or a profile JSON file"
+AUTOSCALER_EXPECTED = "an autoscaler name or path/to/file.py:Class (see mmsim autoscalers list)"
 
 policies_app = typer.Typer(help="Scheduler policies.", no_args_is_help=True)
 app.add_typer(policies_app, name="policies")
@@ -36,6 +41,7 @@ def run(scenario: Path = typer.Argument(..., help="scenario YAML"),
     """Simulate a scenario and write summary.json + requests/events/timeseries Parquet."""
     if mode not in ("fast", "exact"):
         raise MmsimError(f"--mode must be fast or exact, not {mode!r}")
+    checked_policy(policy)
     # A run does no linear algebra: OpenBLAS's thread pool, started when numpy is first imported (below), would
     # only add start-up time and threads competing with the one-core event loop.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -57,8 +63,9 @@ def load_with_overrides(path: Path, profile: str | None, autoscaler: str | None,
     """The scenario at ``path`` with the command line's ``--profile`` and ``--autoscaler``, refusing a policy or
     autoscaler file it names itself unless allowed (``scenario_policy``: the scenario's own policy will run)."""
     from sim.policies.registry import check_policy_file_allowed
-    from sim.scenario import load_scenario, with_autoscaler
+    from sim.scenario import load_scenario
 
+    named(autoscaler, "--autoscaler", AUTOSCALER_EXPECTED)  # an empty one was blamed on the scenario's field
     loaded = load_scenario(path)
     if scenario_policy:
         check_policy_file_allowed(loaded.policy.name, allowed=allow_policy_files, source=str(path))
@@ -66,10 +73,38 @@ def load_with_overrides(path: Path, profile: str | None, autoscaler: str | None,
         check_policy_file_allowed(loaded.autoscaler.name, allowed=allow_policy_files, source=str(path),
                                   field="autoscaler.name")
     else:
-        loaded = with_autoscaler(loaded, autoscaler)
+        loaded = _with_autoscaler_flag(loaded, autoscaler)
     if profile is not None:
         loaded = loaded.model_copy(update={"profile": checked_profile(profile)})
     return loaded
+
+
+def _with_autoscaler_flag(loaded: Scenario, autoscaler: str) -> Scenario:
+    """``loaded`` under ``--autoscaler``; a name that is no autoscaler is blamed on the flag, not on the scenario's
+    ``autoscaler.name`` that the flag replaces."""
+    from sim.scenario import with_autoscaler
+
+    try:
+        return with_autoscaler(loaded, autoscaler)
+    except MmsimError as error:
+        if error.source is None and error.field == "autoscaler.name":
+            error.field = "--autoscaler"
+        raise
+
+
+def checked_policy(policy: str | None) -> None:
+    """``--policy`` checked before the run's progress bar starts, blamed on the flag: an empty one ran the
+    scenario's policy instead. A policy file is left to the run, which executes it once."""
+    from sim.policies.registry import get_policy_class, is_policy_file
+
+    named(policy, "--policy", POLICY_EXPECTED)
+    if policy is None or is_policy_file(policy):
+        return
+    try:
+        get_policy_class(policy)
+    except MmsimError as error:
+        error.field = error.field or "--policy"
+        raise
 
 
 def checked_profile(profile: str) -> str:
@@ -77,8 +112,7 @@ def checked_profile(profile: str) -> str:
     scenario file) before anything runs: a path is relative to where the command runs, not to the scenario."""
     from sim.profile import load_profile
 
-    if not profile.strip():
-        raise MmsimError("needs a built-in profile name or a profile JSON file", field="--profile")
+    named(profile, "--profile", PROFILE_EXPECTED)
     resolved = str(Path(profile).resolve()) if Path(profile).exists() else profile
     try:
         load_profile(resolved)

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from sim.cli import app
-from sim.cli.common import console, print_json, table
+from sim.cli.common import comma_list, console, print_json, table
 from sim.errors import MmsimError
 from sim.scenario import MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEED
 
@@ -70,22 +70,23 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
         raise typer.Exit(1)
 
 
-def _seeds(text: str, count: int | None) -> list[int]:
+def _seeds(text: str | None, count: int | None) -> list[int]:
     """The seeds of every capacity point: --seed-list, else 1..--seeds (default 3)."""
-    if text and count is not None:
+    if text is not None and count is not None:
         raise MmsimError("give --seeds or --seed-list, not both")
-    if text:
-        try:
-            seeds = [int(part) for part in text.split(",") if part.strip()]
-        except ValueError:
-            raise MmsimError(f"--seed-list must be comma-separated whole numbers, not {text[:80]!r}") from None
-        if not seeds or any(not 0 <= seed <= MAX_SEED for seed in seeds) or len(set(seeds)) != len(seeds):
-            raise MmsimError(f"--seed-list must name distinct seeds from 0 to {MAX_SEED}, not {text[:80]!r}")
-        return seeds
+    if text is not None:  # given empty, it is refused (it ran seeds 1..3 instead)
+        return comma_list(text, "--seed-list", _seed, "seed", f"comma-separated whole numbers from 0 to {MAX_SEED}")
     count = 3 if count is None else count
     if not 1 <= count <= 1000:
         raise MmsimError(f"--seeds must be from 1 to 1000, not {count}")
     return list(range(1, count + 1))
+
+
+def _seed(text: str) -> int:
+    seed = int(text)
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed {seed} is out of range")
+    return seed
 
 
 def _finite(flag: str, value: float | None, low: float, high: float) -> None:
@@ -106,7 +107,7 @@ def capacity(scenario: Path = typer.Argument(..., help="scenario YAML"),
              policies: str = typer.Option(None, "--policies", "-p", help="comma-separated policies (default: the scenario's)"),
              slo_target: float = typer.Option(None, "--slo-target", help="required mean SLO attainment (default 0.99)"),
              seeds: int = typer.Option(None, "--seeds", help="seeds per point (1..N; default 3)"),
-             seed_list: str = typer.Option("", "--seed-list", help="explicit comma-separated seeds instead of 1..N"),
+             seed_list: str = typer.Option(None, "--seed-list", help="explicit comma-separated seeds instead of 1..N"),
              low: float = typer.Option(None, "--low", help="lowest load multiplier searched (default 0.25)"),
              high: float = typer.Option(None, "--high", help="highest load multiplier searched (default 4)"),
              tolerance: float = typer.Option(None, "--tolerance", help="stop bisecting when the bracket is this "
@@ -161,12 +162,7 @@ def capacity(scenario: Path = typer.Argument(..., help="scenario YAML"),
     if ray_address:
         check_ray_address(ray_address)
     if policies is not None:  # an empty --policies is a mistake, not a request for the scenario's policy
-        names = [p.strip() for p in policies.split(",") if p.strip()]
-        if not names:
-            raise MmsimError(f"--policies must name at least one policy, not {policies!r}")
-        twice = sorted({name for name in names if names.count(name) > 1})  # searched and answered twice
-        if twice:
-            raise MmsimError(f"--policies must name at least one, each once ({twice[0]!r} is there twice)")
+        names = comma_list(policies, "--policies", str, "policy", "comma-separated policy names or path.py:Class")
     else:
         names = [loaded.policy.name]
         check_policy_file_allowed(names[0], allowed=allow_policy_files, source=str(scenario))
@@ -205,9 +201,8 @@ def _autoscaler_names(text: str | None) -> list[str]:
     from sim.fleet.autoscalers import get_autoscaler_class
     from sim.sweep.pareto import DEFAULT_AUTOSCALERS
 
-    names = list(DEFAULT_AUTOSCALERS) if text is None else [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise MmsimError(f"--autoscalers must name at least one autoscaler, not {text!r}")
+    names = list(DEFAULT_AUTOSCALERS) if text is None else comma_list(
+        text, "--autoscalers", str, "autoscaler", "comma-separated autoscaler names or path.py:Class")
     for name in names:
         try:
             get_autoscaler_class(name)

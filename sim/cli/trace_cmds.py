@@ -15,7 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sim.catalogue import catalogue
 from sim.cli import app
-from sim.cli.common import console, print_json, table
+from sim.cli.common import comma_list, console, print_json, table
 from sim.errors import MmsimError, pydantic_error_message
 from sim.files import check_output_file, check_regular_file, cut, load_yaml, parse_yaml
 from sim.workload.config import (MAX_PREFIX_BLOCK_TOKENS, PREFIX_BLOCK_TOKENS, TRACE_FORMATS, Arrivals,
@@ -38,18 +38,21 @@ SEED = typer.Option(0, "--seed", min=0, max=2**63 - 1, help="length-pairs: rando
 
 
 def parse_pairs(text: str, flag: str) -> dict[str, str]:
-    """``a=1,b=2`` as a dict of strings; anything else is a user error naming the flag."""
-    pairs = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise MmsimError(f"expected NAME=VALUE[,NAME=VALUE...], got {cut(item)!r}", field=flag)
-        if key.strip() in pairs:  # the later value silently won: a typo, or two shares meant to be added
-            raise MmsimError(f"{cut(key.strip())!r} is given twice", field=flag)
-        pairs[key.strip()] = value.strip()
-    if not pairs:
-        raise MmsimError("expected NAME=VALUE[,NAME=VALUE...]", field=flag)
+    """``a=1,b=2`` as a dict of strings; anything else (an empty entry or a name given twice included) is a user
+    error naming the flag."""
+    pairs: dict[str, str] = {}
+    for key, value in comma_list(text, flag, _pair, "NAME=VALUE pair", "NAME=VALUE[,NAME=VALUE...]", unique=False):
+        if key in pairs:  # the later value silently won: a typo, or two shares meant to be added
+            raise MmsimError(f"{cut(key)!r} is given twice", field=flag)
+        pairs[key] = value
     return pairs
+
+
+def _pair(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise ValueError(item)
+    return key.strip(), value.strip()
 
 
 def _validate(adapter_type, data, source: str):
@@ -182,10 +185,8 @@ def parse_length(text: str, flag: str) -> dict:
 
 def parse_windows(text: str) -> list[list[float]]:
     """``START:RATE[:CV],...`` as rate-series windows."""
-    try:
-        return [[float(part) for part in item.split(":")] for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise MmsimError(f"expected START:RATE[:CV],..., got {cut(text)!r}", field="--windows") from None
+    return comma_list(text, "--windows", lambda item: [float(part) for part in item.split(":")], "window",
+                      "START:RATE[:CV],...", unique=False)
 
 
 def load_generator_file(path: Path) -> tuple[dict, int | None, set[str] | None, int]:
@@ -264,7 +265,8 @@ def trace_generate(
     if mix is not None and (zipf is not None or models is not None):
         raise MmsimError("give the model mix as --mix NAME=WEIGHT,... or as --zipf S --models a,b,c, not both")
     if zipf is not None or models is not None:
-        data["mix"] = {"zipf": zipf, "models": [name.strip() for name in (models or "").split(",") if name.strip()]}
+        data["mix"] = {"zipf": zipf, "models": comma_list(models or "", "--models", str, "model",
+                                                          "comma-separated model names", unique=False)}
     if prompt is not None:
         data["prompt_tokens"] = parse_length(prompt, "--prompt")
     if output is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from sim.cli import app
+from sim.cli.common import comma_list
 from sim.errors import MmsimError
 
 validate_app = typer.Typer(help="Check mmsim against a real serving engine.", no_args_is_help=True)
@@ -18,13 +19,14 @@ app.add_typer(validate_app, name="validate")
 
 
 def parse_loads(text: str) -> list[float]:
-    try:
-        loads = [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise MmsimError(f"--loads {text!r}: expected comma-separated positive numbers, e.g. 0.5,1,2") from None
-    if not loads or any(not 0 < load < 1e6 for load in loads):
-        raise MmsimError(f"--loads {text!r}: expected comma-separated positive numbers, e.g. 0.5,1,2")
-    return loads
+    return comma_list(text, "--loads", _load, "load", "comma-separated positive numbers, e.g. 0.5,1,2")
+
+
+def _load(item: str) -> float:
+    load = float(item)
+    if not 0 < load < 1e6:
+        raise ValueError(item)
+    return load
 
 
 @validate_app.command("vllm")
@@ -52,9 +54,9 @@ def vllm(
     from calibrate.vllm_engine import EngineLimits, check_device, require_vllm
     from sim.files import check_output_dir
 
+    levels = parse_loads(loads)  # a typo in a flag is named before what the machine lacks
     check_device(device)
     require_vllm()
-    levels = parse_loads(loads)
     if not source.is_file():
         raise MmsimError("no such file", source=str(source))
     if out is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr, TypeAdapter, field_validator,
+                      model_validator)
 
 MAX_TIME_S = 1e9
 """Latest simulated time (about 32 years): later arrivals lose the precision a step of microseconds needs."""
@@ -33,7 +34,8 @@ Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S)]
 Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S)]
 Length = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
-Weight = Annotated[float, Field(ge=0, le=1e12)]
+MAX_SHARE = 1e12
+"""Largest share one model may have in a mix (shares are relative: only their ratios matter)."""
 MAX_MODEL_NAME_CHARS = 200
 ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)]
 """A deployment's name as requests address it (a catalogue model, an alias or a config-file model's name)."""
@@ -127,6 +129,33 @@ class ZipfMix(Strict):
         return models
 
 
+def _share(value: object) -> float:
+    """One model's share of an explicit mix: a finite number from 0 to MAX_SHARE; text and true/false are refused,
+    not converted (in a scenario they are typos)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:  # NaN is not >= 0
+        raise ValueError(f"expected a share >= 0 (a number), not {value!r:.40}")
+    if value > MAX_SHARE:
+        raise ValueError(f"expected a share of at most {MAX_SHARE:g}, not {value!r}")
+    return float(value)
+
+
+Share = Annotated[float, PlainValidator(_share)]
+_SHARES = TypeAdapter(dict[str, Share])
+
+
+def _checked_shares(mix: dict) -> dict[str, float]:
+    """An explicit mix's shares, each checked (a ValidationError at the bad one's model name), not all 0."""
+    shares = _SHARES.validate_python(mix)
+    if sum(shares.values()) <= 0:
+        state = "is empty" if not shares else "has only shares of 0"
+        raise ValueError(f"{state}: expected {{model: share, ...}} with at least one share above 0")
+    # Checked by hand, not by the key's type: the message gives a long name's length instead of quoting it.
+    for name in shares:
+        if not 1 <= len(name) <= MAX_MODEL_NAME_CHARS:
+            raise ValueError(f"model names are 1 to {MAX_MODEL_NAME_CHARS} characters, not {len(name)}")
+    return shares
+
+
 class ConstantLength(Strict):
     """Every request has the same length."""
 
@@ -197,21 +226,23 @@ class GeneratorConfig(Strict):
     duration_s: Seconds | None = None
     max_requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
     arrivals: Arrivals
-    mix: ZipfMix | dict[str, Weight]
+    mix: ZipfMix | dict[str, Share]
     prompt_tokens: LengthDist
     output_tokens: LengthDist
     conversations: ConversationConfig | None = None
 
-    @field_validator("mix")
+    @field_validator("mix", mode="before")
     @classmethod
     def _check_mix(cls, mix):
-        if isinstance(mix, dict) and (not mix or sum(mix.values()) <= 0):
-            raise ValueError("mix needs at least one model with a positive share")
-        # Checked here, not by the key's type: a bad key in a union's dict branch is reported as the other branch's.
-        for name in mix if isinstance(mix, dict) else []:
-            if not 1 <= len(name) <= MAX_MODEL_NAME_CHARS:
-                raise ValueError(f"model names are 1 to {MAX_MODEL_NAME_CHARS} characters, not {len(name)}")
-        return mix
+        """The mix validated as the one kind it is written as, before pydantic's union, which would list each
+        kind's errors (a negative share read as a Zipf mix missing ``zipf``). A ValidationError raised here keeps
+        its place, so a bad share is named by its model (``mix.qwen3-8b``); what passes, the union then takes as
+        it is (a mode="plain" validator would lose the union's serializer)."""
+        if isinstance(mix, ZipfMix) or isinstance(mix, dict) and ("zipf" in mix or "models" in mix):
+            return ZipfMix.model_validate(mix, strict=True)  # strict, as scenario files are read
+        if not isinstance(mix, dict):
+            raise ValueError(f"expected {{model: share, ...}} or {{zipf: exponent, models: [...]}}, not {mix!r:.40}")
+        return _checked_shares(mix)
 
     @model_validator(mode="after")
     def _stops(self) -> GeneratorConfig:
