@@ -109,9 +109,12 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0),
                             "pools": [layout.index for layout in pool_preference(engine, scenario, layouts, i, rule)]}
                         for i, m in enumerate(scenario.models)}
+    trace_report = None
     if chunks is None:
+        from sim.workload.rows import RowReport
         from sim.workload.stream import iter_requests
-        chunks = iter_requests(scenario.workload, seed=seed, base_dir=base_dir)
+        trace_report = RowReport("") if scenario.workload.trace is not None else None
+        chunks = iter_requests(scenario.workload, seed=seed, base_dir=base_dir, report=trace_report)
     rng = np.random.default_rng([seed, 1])
     started = time.perf_counter()
     with _user_code_errors(engine):
@@ -127,7 +130,17 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     tables = RunTables(RequestTable(engine.recorder), event_table(engine.recorder), sample_table(engine.recorder))
     summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
                         mode, wall_s)
+    summary["trace_rows"] = _trace_rows(trace_report)
     return RunResult(tables, summary)
+
+
+def _trace_rows(report) -> dict | None:
+    """What reading a scenario's trace did to its rows (None for a generated workload): rows read, requests
+    replayed, and the malformed rows ``skip_bad`` dropped, with the first of them."""
+    if report is None:
+        return None
+    return {"rows_read": report.rows_read, "requests": report.rows_out, "skipped_malformed": report.bad_rows,
+            "first_skipped": report.first_bad}
 
 
 @contextmanager

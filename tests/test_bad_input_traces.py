@@ -122,9 +122,11 @@ def test_trace_generate_flags(tmp_path, flags, expected):
 
 
 def test_stats_of_a_trace_whose_lengths_are_all_huge(tmp_path):
-    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0,qwen2.5-3b,1,{2**40}\n")
+    trace = write(tmp_path / "t.csv", TRACE_HEADER + f"0,qwen2.5-3b,1,{10**7}\n")
     code, text = cli("trace", "stats", trace, "--json")
-    assert code == 0 and json.loads(text)["output_tokens"]["p50"] == 2**40, text
+    assert code == 0 and json.loads(text)["output_tokens"]["p50"] == 10**7, text
+    write(trace, TRACE_HEADER + f"0,qwen2.5-3b,1,{10**7 + 1}\n")
+    refused(["trace", "stats", trace], "line 2: output_tokens 10000001 is more than 10,000,000")
 
 
 def test_trace_times_past_the_horizon_after_scaling(tmp_path):

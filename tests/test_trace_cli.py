@@ -212,3 +212,29 @@ def test_traces_name_deployments_an_alias_or_a_config_model_included(tmp_path, c
     code, _, err = mmsim(capsys, "trace", "generate", "--config", scenario, "--out", tmp_path / "x.csv")
     assert code == 2 and "mix: model 'fast-8b' is not served by this scenario (it serves other, tiny)" in err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_a_scenario_run_counts_the_rows_skip_bad_dropped(tmp_path, capsys):
+    """The README promises skip_bad "drops and counts" a scenario trace's bad rows: the count (and the first row
+    with its reason) is in the summary and the run's table; a length past 10^7 tokens is a bad row, as in a
+    scenario's own lengths."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,model,prompt_tokens,output_tokens\n0,qwen3-8b,10,5\n0.5,typo,20,5\n"
+                     "1,qwen3-8b,20000000,5\n1.5,qwen3-8b,30,4\n")
+    scenario = tmp_path / "s.yaml"
+    strict = ("name: s\nprofile: a100-80gb\ncluster: {nodes: 1, gpus_per_node: 1}\nmodels:\n  - {name: qwen3-8b}\n"
+              "workload:\n  trace: {path: t.csv}\n")
+    scenario.write_text(strict.replace("t.csv}", "t.csv, model_map: {qwen3-8b: qwen3-8b, typo: qwen3-8b}}"))
+    code, _, err = mmsim(capsys, "run", scenario, "--out", tmp_path / "strict")
+    assert code == 2 and "t.csv: line 4: prompt_tokens 20000000 is more than 10,000,000" in " ".join(err.split())
+    scenario.write_text(strict.replace("t.csv}", "t.csv, skip_bad: true}"))
+    code, out, err = mmsim(capsys, "run", scenario, "--out", tmp_path / "run", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["requests_total"] == 2 and summary["requests_completed"] == 2
+    rows = summary["trace_rows"]
+    assert (rows["rows_read"], rows["requests"], rows["skipped_malformed"]) == (4, 2, 2)
+    assert rows["first_skipped"].startswith("line 3: ")
+    code, out, err = mmsim(capsys, "run", scenario, "--out", tmp_path / "run")
+    assert code == 0, err
+    assert "skipped as malformed" in out and "2 of 4 (first: line 3" in " ".join(out.split())

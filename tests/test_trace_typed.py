@@ -167,7 +167,7 @@ CSV_CELLS = [
     ("prompt_tokens", "", "line 3: prompt_tokens (missing) is not a whole number >= 1"),
     ("prompt_tokens", "True", "line 3: prompt_tokens 'True' is not a whole number >= 1"),
     ("prompt_tokens", "1_0", "line 3: prompt_tokens '1_0' is not a whole number >= 1"),
-    ("prompt_tokens", "99999999999999999999", "line 3: prompt_tokens 99999999999999999999 is not a whole number >= 1"),
+    ("prompt_tokens", "99999999999999999999", "line 3: prompt_tokens 99999999999999999999 is more than 10,000,000"),
     ("prompt_tokens", "10.0", None), ("prompt_tokens", "1e2", None), ("prompt_tokens", "+7", None),
     ("prompt_tokens", " 10", None), ("prompt_tokens", "010", None), ("prompt_tokens", "-0", None),
     ("prompt_tokens", "0x1A", None), ("prompt_tokens", "١٢", None),

@@ -56,6 +56,14 @@ def _fleet_rows(fleet: dict | None) -> list[tuple[str, str]]:
     return rows
 
 
+def _trace_rows(rows: dict | None) -> list[tuple[str, str]]:
+    """The trace rows ``skip_bad`` dropped, when there were any."""
+    if not rows or not rows.get("skipped_malformed"):
+        return []
+    return [("trace rows skipped as malformed (skip_bad)",
+             f"{rows['skipped_malformed']:,} of {rows['rows_read']:,} (first: {rows['first_skipped']})")]
+
+
 def summary_table(summary: dict) -> Table:
     """The run's headline figures, one per row, each label saying what the figure means."""
     lost = summary.get("lost_seconds") or {}
@@ -76,6 +84,7 @@ def summary_table(summary: dict) -> Table:
         ("model loads / unloads", f"{summary.get('loads', 0)} / {summary.get('unloads', 0)}"),
         ("GPU busy share: time the GPUs were computing", f"{summary.get('gpu_busy_share', 0.0):.1%}"),
         *_fleet_rows(summary.get("fleet")),
+        *_trace_rows(summary.get("trace_rows")),
         ("simulated / wall time", f"{summary.get('simulated_seconds', 0.0):.1f} s / "
                                   f"{summary.get('sim_wall_seconds', 0.0):.2f} s"),
     ]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from sim.workload.chunk import RequestChunk
-from sim.workload.rows import finite_numbers, whole_numbers
+from sim.workload.rows import MAX_PRIORITY, finite_numbers, whole_numbers
 
 REQUIRED_COLUMNS = ("arrival_s", "model", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("priority", "slo_class", "prefix_ids")
@@ -23,10 +23,12 @@ NATIVE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
 def native_numbers(name: str, values):
     """(values, bad mask, reason) for a native number column: arrival times finite and >= 0, token counts whole
-    and >= 1, priorities whole and >= 0 (gaps in priority already filled with 0)."""
+    from 1 to ``MAX_LENGTH_TOKENS``, priorities whole and >= 0 (gaps in priority already filled with 0)."""
     if name == "arrival_s":
         return finite_numbers(values, name, minimum=0.0)
-    return whole_numbers(values, name, minimum=0 if name == "priority" else 1)
+    if name == "priority":
+        return whole_numbers(values, name, minimum=0, maximum=MAX_PRIORITY)
+    return whole_numbers(values, name)
 
 
 def parse_prefix_ids(value, text: bool):

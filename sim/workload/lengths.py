@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import MmsimError
-from sim.workload.config import ConstantLength, EmpiricalLength, LognormalLength, UniformLength, ZipfMix
-from sim.workload.rows import MAX_TOKENS
+from sim.workload.config import MAX_LENGTH_TOKENS, ConstantLength, EmpiricalLength, LognormalLength, UniformLength, ZipfMix
 from sim.workload.textfiles import file_kind, resolve_input
 
 ROLE_COLUMNS = {
@@ -83,7 +82,7 @@ class LengthSampler:
             else:
                 mu, sigma = lognormal_params(spec.mean, spec.cv)
                 values = self.rng.lognormal(mu, sigma, count)
-            return np.clip(np.rint(values), 1, spec.max or MAX_TOKENS).astype(np.int64)
+            return np.clip(np.rint(values), 1, spec.max or MAX_LENGTH_TOKENS).astype(np.int64)
         return self.pick(self.rng.integers(0, len(self.rows), size=count))
 
     def pick(self, index: np.ndarray) -> np.ndarray:

@@ -13,10 +13,10 @@ import numpy as np
 
 from sim.errors import MmsimError
 from sim.files import cut
-from sim.workload.config import MAX_TIME_S, Arrivals
+from sim.workload.config import MAX_LENGTH_TOKENS, MAX_TIME_S, Arrivals
 
-MAX_TOKENS = 1 << 40
-"""Lengths above this are surely corrupt (and would overflow token arithmetic downstream)."""
+MAX_PRIORITY = 1 << 40
+"""Priorities above this are surely corrupt (and would overflow the policies' sort keys)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class RowReport:
     rows_out: int = 0
     bad_rows: int = 0
     first_bad: str | None = None
+    first_bad_number: int | None = None
     dropped: dict[str, int] = field(default_factory=dict)
 
     def where(self, number: int) -> str:
@@ -69,8 +70,7 @@ class RowReport:
         if not self.skip_bad:
             raise MmsimError(reason, source=self.source, field=self.where(number))
         self.bad_rows += 1
-        if self.first_bad is None:
-            self.first_bad = f"{self.where(number)}: {reason}"
+        self._note_first(number, reason)
 
     def check(self, numbers: np.ndarray, checks: Sequence[tuple[np.ndarray, Callable[[int], str]]]) -> np.ndarray:
         """Apply vectorised row checks; returns the mask of rows to keep.
@@ -88,9 +88,14 @@ class RowReport:
         if not self.skip_bad:
             raise MmsimError(reason, source=self.source, field=self.where(int(numbers[first])))
         self.bad_rows += int(bad.sum())
-        if self.first_bad is None:
-            self.first_bad = f"{self.where(int(numbers[first]))}: {reason}"
+        self._note_first(int(numbers[first]), reason)
         return ~bad
+
+    def _note_first(self, number: int, reason: str) -> None:
+        """Keep the earliest bad row in the file: the checks run column by column, not in row order."""
+        if self.first_bad_number is None or number < self.first_bad_number:
+            self.first_bad_number = number
+            self.first_bad = f"{self.where(number)}: {reason}"
 
     def drop(self, reason: str, count: int) -> None:
         """Rows removed on purpose (e.g. failed requests), counted by reason."""
@@ -128,13 +133,20 @@ def as_numbers(values) -> np.ndarray:
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def whole_numbers(values, column: str, minimum: int = 1):
-    """(int64 values, bad mask, reason) for a column of whole numbers >= ``minimum``."""
+def whole_numbers(values, column: str, minimum: int = 1, maximum: int = MAX_LENGTH_TOKENS):
+    """(int64 values, bad mask, reason) for a column of whole numbers from ``minimum`` to ``maximum`` (by default
+    a token count: a scenario's lengths have the same bound)."""
     numbers = as_numbers(values)
     with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(numbers) | (numbers < minimum) | (numbers != np.floor(numbers)) | (numbers > MAX_TOKENS)
+        bad = ~np.isfinite(numbers) | (numbers < minimum) | (numbers != np.floor(numbers)) | (numbers > maximum)
     ints = np.where(bad, minimum, numbers).astype(np.int64)
-    return ints, bad, lambda i: f"{column} {_show(values, i)} is not a whole number >= {minimum}"
+
+    def reason(i: int) -> str:
+        if np.isfinite(numbers[i]) and numbers[i] == np.floor(numbers[i]) and numbers[i] > maximum:
+            return f"{column} {_show(values, i)} is more than {maximum:,}"
+        return f"{column} {_show(values, i)} is not a whole number >= {minimum}"
+
+    return ints, bad, reason
 
 
 def finite_numbers(values, column: str, minimum: float | None = None, maximum: float = MAX_TIME_S):

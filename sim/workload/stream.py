@@ -9,7 +9,7 @@ from sim.errors import MmsimError
 from sim.workload.chunk import RequestChunk
 from sim.workload.config import MAX_TIME_S, TraceConfig, WorkloadConfig
 from sim.workload.generator import generate
-from sim.workload.rows import ImportOptions
+from sim.workload.rows import ImportOptions, RowReport
 from sim.workload.textfiles import resolve_input
 
 
@@ -22,14 +22,16 @@ def trace_options(trace: TraceConfig, *, seed: int, base_dir: Path | None,
                          served_models=served_models)
 
 
-def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_rows: int = 65536) -> Iterator[RequestChunk]:
+def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_rows: int = 65536,
+                  report: RowReport | None = None) -> Iterator[RequestChunk]:
     """Chunks of up to ``chunk_rows`` requests in non-decreasing arrival order; ``first_id`` is the running index.
 
     Relative paths resolve against ``base_dir`` (the scenario's folder), then the
     current folder. A bad trace file raises :class:`sim.errors.MmsimError` naming
     the file and line; a missing file names the field. ``time_scale`` multiplies
     every arrival time. Trace rows naming a model the scenario does not serve are
-    bad rows; arrivals past ``MAX_TIME_S`` after scaling are errors.
+    bad rows; arrivals past ``MAX_TIME_S`` after scaling are errors. A trace's rows are counted in ``report``
+    (those ``skip_bad`` dropped among them), when one is given.
     """
     if config.generator is not None:
         chunks = generate(config.generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
@@ -41,7 +43,9 @@ def iter_requests(config: WorkloadConfig, *, seed: int, base_dir: Path, chunk_ro
         assert trace is not None  # a workload has exactly one of generator and trace
         path = resolve_input(trace.path, base_dir, "workload.trace.path")
         options = trace_options(trace, seed=seed, base_dir=base_dir, served_models=config.served_models)
-        chunks = read_trace(path, trace.format, options, rows=chunk_rows)
+        if report is not None:
+            report.source = str(path)
+        chunks = read_trace(path, trace.format, options, rows=chunk_rows, report=report)
     for chunk in chunks:
         if config.time_scale != 1.0:
             chunk.arrival_s = chunk.arrival_s * config.time_scale
