@@ -121,7 +121,10 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
         engine.policy.setup(engine.view)
         _start_autoscaler(env, engine, scenario, layouts)
         stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
-        Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario, len(gpus)))
+        next_arrival_s = lambda: stream.next_time  # noqa: E731
+        if engine.fleet is not None:
+            engine.fleet.next_arrival_s = next_arrival_s  # type: ignore[attr-defined]
+        Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario, len(gpus)), next_arrival_s)
         with _few_collections():
             arrivals.run(env, engine, stream)
     _drop_leftovers(engine)
@@ -130,17 +133,8 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     tables = RunTables(RequestTable(engine.recorder), event_table(engine.recorder), sample_table(engine.recorder))
     summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
                         mode, wall_s)
-    summary["trace_rows"] = _trace_rows(trace_report)
+    summary["trace_rows"] = trace_report.counts() if trace_report is not None else None
     return RunResult(tables, summary)
-
-
-def _trace_rows(report) -> dict | None:
-    """What reading a scenario's trace did to its rows (None for a generated workload): rows read, requests
-    replayed, and the malformed rows ``skip_bad`` dropped, with the first of them."""
-    if report is None:
-        return None
-    return {"rows_read": report.rows_read, "requests": report.rows_out, "skipped_malformed": report.bad_rows,
-            "first_skipped": report.first_bad}
 
 
 @contextmanager

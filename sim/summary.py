@@ -211,13 +211,20 @@ def _busy_share(engine) -> float:
 
 
 def _mean_resident(samples: ColumnTable, engine) -> float:
-    """Models resident per GPU, averaged over the samples (a GPU with none counts as 0)."""
-    resident = (samples.column("gpu") >= 0) & (samples.column("model") != samples.texts["model"].index(""))
+    """Models resident per GPU, averaged over the run's time (a GPU with none counts as 0).
+
+    Each sample stands for the time until the next one (the last: until the run's end): the grid's interval, or
+    the still stretch the sampler passed over after it (nothing changed in it)."""
+    on_gpu = samples.column("gpu") >= 0
+    resident = on_gpu & (samples.column("model") != samples.texts["model"].index(""))
     if not resident.any():
         return float(np.mean([len(g.instances) for g in engine.gpus]))
-    # Each sample time has a row per resident instance: the mean over (time, GPU) pairs is rows / pairs.
-    times = len(np.unique(samples.column("time_s")[resident]))
-    return int(resident.sum()) / (times * len(engine.gpus))
+    times, per_time = np.unique(samples.column("time_s")[on_gpu], return_inverse=True)
+    weights = np.diff(times, append=max(times[-1], engine.env.now))
+    if not weights.any():
+        weights = np.ones(len(times))  # one sample, at the run's very end
+    rows = np.bincount(per_time, weights=resident[on_gpu].astype(np.float64), minlength=len(times))
+    return float(np.dot(rows, weights) / (weights.sum() * len(engine.gpus)))
 
 
 # -- files -------------------------------------------------------------------------------------------------

@@ -39,6 +39,12 @@ def through_agenda(operations: list[tuple[str, str, float]], kind: type[Agenda])
         else:
             owner = owners.setdefault(name, Owner(name, log))
             agenda.schedule(owner, at_s)  # moves it if it was due already
+    drain(env, agenda)
+    return log
+
+
+def drain(env: simpy.Environment, agenda: Agenda) -> None:
+    """Process SimPy's queue and the agenda in merged order until both are empty."""
     while env._queue or agenda.first() is not None:
         due = agenda.first()
         if env._queue and (due is None or simpy_event_first(env._queue[0], due)):
@@ -46,7 +52,6 @@ def through_agenda(operations: list[tuple[str, str, float]], kind: type[Agenda])
         else:
             owner = agenda.pop()
             owner.entry_due(owner.due_s)
-    return log
 
 
 def through_simpy(operations: list[tuple[str, str, float]]) -> list[str]:
@@ -93,3 +98,18 @@ def test_agendas_on_one_environment_draw_from_one_counter():
     env.timeout(1.0)
     second.schedule(late, 1.0)
     assert early.due_eid < env._queue[0][2] < late.due_eid
+
+
+@pytest.mark.parametrize("kind", [HeapAgenda, LazyAgenda])
+def test_an_entry_scheduled_last_comes_after_all_else_at_its_time(kind):
+    """The sampler's place: after every event due at its time, those scheduled after it included, and before
+    anything later."""
+    env, log = simpy.Environment(), []
+    agenda = kind(env)
+    sample, step, later = Owner("sample", log), Owner("step", log), Owner("later", log)
+    agenda.schedule_last(sample, 1.0)
+    agenda.schedule(later, 1.5)
+    env.timeout(1.0).callbacks.append(lambda _: log.append("timeout"))
+    agenda.schedule(step, 1.0)
+    drain(env, agenda)
+    assert log == ["timeout", "step", "sample", "later"]

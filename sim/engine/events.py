@@ -24,6 +24,8 @@ from simpy.core import NORMAL
 NORMAL_PRIORITY: Final = NORMAL  # Final: compiled, other globals are looked up in the module's dict at every use
 HEAPPUSH: Final = heapq.heappush
 HEAPPOP: Final = heapq.heappop
+FIRST_LAST_ID: Final = 1 << 62
+"""Event ids of entries due after everything else at their time: beyond any id SimPy's counter will reach."""
 
 
 class AgendaEntry:
@@ -71,6 +73,10 @@ class Agenda:
         """Make ``entry`` due at ``at_s``, instead of any time it was due at."""
 
     @abstractmethod
+    def schedule_last(self, entry: AgendaEntry, at_s: float) -> None:
+        """Make ``entry`` due at ``at_s`` after everything else due then, whenever that is scheduled."""
+
+    @abstractmethod
     def first(self) -> AgendaEntry | None:
         """The entry due first, or None when nothing is due."""
 
@@ -88,12 +94,23 @@ class HeapAgenda(Agenda):
         # A second agenda on the same environment shares the counter, or their ids would no longer be SimPy's.
         self.ids = counter if isinstance(counter, EventIds) else EventIds(next(counter))
         env._eid = self.ids  # type: ignore[assignment]  # typed as itertools.count; SimPy only calls next on it
+        self.last_ids = 0
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
         ids = self.ids
         entry.due_s = at_s
         entry.due_eid = ids.next_id
         ids.next_id += 1
+        self._place(entry)
+
+    def schedule_last(self, entry: AgendaEntry, at_s: float) -> None:
+        entry.due_s = at_s
+        entry.due_eid = FIRST_LAST_ID + self.last_ids
+        self.last_ids += 1
+        self._place(entry)
+
+    def _place(self, entry: AgendaEntry) -> None:
+        """Put an entry whose due time was just set where it belongs in the heap."""
         if entry.slot < 0:
             entry.slot = len(self.heap)
             self.heap.append(entry)
@@ -159,10 +176,18 @@ class LazyAgenda(Agenda):
     def __init__(self, env: simpy.Environment):
         self.tuples: list[tuple[float, int, AgendaEntry]] = []
         self.next_eid: Callable[[], int] = env._eid.__next__  # interpreted, the C counter is the cheaper one
+        self.last_ids = 0
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
         entry.due_s = at_s
         entry.due_eid = self.next_eid()
+        entry.slot = 0
+        HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
+
+    def schedule_last(self, entry: AgendaEntry, at_s: float) -> None:
+        entry.due_s = at_s
+        entry.due_eid = FIRST_LAST_ID + self.last_ids
+        self.last_ids += 1
         entry.slot = 0
         HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
 

@@ -37,6 +37,7 @@ class ProgressGuard:
         self.unloads: Counter[str] = Counter()
         self.reloads = 0  # loads of a model unloaded in that time: what a loop of evictions is made of
         self.timers = 0  # policy timers (view.call_at) fired in that time
+        self.quiet_seen_s = 0.0  # the run was quiet with requests outstanding until then (see seen_quiet)
 
     @property
     def last_progress_s(self) -> float:
@@ -44,9 +45,21 @@ class ProgressGuard:
         idle gap between arrivals (a trace's quiet night) is no loop."""
         return max(self.engine.last_progress_s, self.engine.busy_since_s)
 
+    @property
+    def watched_since_s(self) -> float:
+        """Where the time and counts the limits apply to start: the last progress, or the end of the last quiet
+        time seen if later (a request outstanding that nothing serves makes no stretch of quiet a loop)."""
+        return max(self.last_progress_s, self.quiet_seen_s)
+
+    def seen_quiet(self, until_s: float) -> None:
+        """A sample found the run quiet (:meth:`quiet`) with nothing due before ``until_s``: the time up to then is
+        no loop. Without this, the first sample after a long quiet stretch, taken while a step that ends it has
+        begun, would stop the run."""
+        self.quiet_seen_s = until_s
+
     def _recount(self) -> None:
         """Start the counts afresh when a step has computed tokens (or work arrived after a lull) since they began."""
-        since = self.last_progress_s
+        since = self.watched_since_s
         if since != self.counted_since_s:
             self.counted_since_s = since
             self.loads.clear()
@@ -76,7 +89,7 @@ class ProgressGuard:
     def check(self, now: float) -> None:
         """Stop the run if no token was computed for longer than the horizon while work is outstanding, unless
         the time passed quietly."""
-        if self.engine.outstanding and now - self.last_progress_s > self.engine.config.progress_horizon_s:
+        if self.engine.outstanding and now - self.watched_since_s > self.engine.config.progress_horizon_s:
             if not self.quiet():
                 self.stop(now)
 

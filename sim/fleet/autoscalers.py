@@ -24,6 +24,10 @@ from sim.policies.registry import apply_params, check_params, entry_point_class,
 TOLERANCE = 0.1
 """HPA's default: a metric within 10% of its target changes nothing."""
 
+NEGLIGIBLE_RATE = 1e-15
+"""Requests per second a forecast treats as none: times any time in system short of ten days, far less than the
+one-billionth of a replica that counts as one."""
+
 
 @dataclass(frozen=True)
 class ModelSignals:
@@ -52,6 +56,7 @@ class Autoscaler:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    memoryless: ClassVar[bool] = False  # its answer depends on the signals alone (then it is always at rest)
 
     def __init__(self, **params: Any) -> None:
         apply_params(self, params)
@@ -64,6 +69,13 @@ class Autoscaler:
         """The replicas ``signals.model`` should have, and the signal behind the number (logged)."""
         return signals.replicas, "none"
 
+    def at_rest(self, model: str) -> bool:
+        """Whether, asked about ``model`` again with the signals of its last answer (``now`` aside), it would
+        answer the same. The controller then passes over the decisions of a still stretch (nothing about, for
+        the scenario's stabilisation and idle windows). True for a memoryless autoscaler; one with memory says
+        when that memory has settled (the default, False, keeps every decision)."""
+        return self.memoryless
+
 
 def proportional(current: int, metric: float, target: float) -> int:
     """HPA's rule: scale ``current`` by metric / target, unless that is within the tolerance."""
@@ -74,6 +86,7 @@ def proportional(current: int, metric: float, target: float) -> int:
 
 
 class NoAutoscaler(Autoscaler):
+    memoryless = True
     name = "none"
     description = "A fixed fleet: the nodes and instances the scenario starts with."
 
@@ -81,6 +94,7 @@ class NoAutoscaler(Autoscaler):
 class PerReplicaAutoscaler(Autoscaler):
     """HPA on a per-replica metric averaged over the ready replicas (``metric`` names a field of the signals)."""
 
+    memoryless = True
     metric: ClassVar[str] = ""
     target: float
 
@@ -113,6 +127,7 @@ class KvUtilisationAutoscaler(PerReplicaAutoscaler):
 class QueueDepthAutoscaler(Autoscaler):
     name = "queue-depth"
     description = "HPA on queued requests per replica (the inference extension's queue size)."
+    memoryless = True
     target: float
 
     @classmethod
@@ -147,16 +162,25 @@ class PredictiveAutoscaler(Autoscaler):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         self._state: dict[str, list[float]] = {}  # model -> [rate level, rate trend per interval, seconds in system]
+        self._moved: dict[str, bool] = {}  # model -> whether its last answer changed its state
+
+    def at_rest(self, model: str) -> bool:
+        return not self._moved.get(model, True)
 
     def desired(self, signals: ModelSignals) -> tuple[int, str]:
         rate = signals.arrival_rate_per_s
         state = self._state.get(signals.model)
+        before = list(state) if state is not None else None
         if state is None:
             state = self._state[signals.model] = [rate, 0.0, 0.0]
         else:
             level, trend, _ = state
             state[0] = self.alpha * rate + (1 - self.alpha) * (level + trend)
             state[1] = self.beta * (state[0] - level) + (1 - self.beta) * trend
+            if abs(state[0]) < NEGLIGIBLE_RATE and abs(state[1]) < NEGLIGIBLE_RATE:
+                # With nothing arriving, level and trend halve at every decision down to subnormals and never
+                # settle; a rate this small asks for no replica (see ``wanted``), so it is nothing, at rest.
+                state[0] = state[1] = 0.0
         if rate > 0 and signals.in_system:
             sojourn_s = signals.in_system / rate
             state[2] = sojourn_s if state[2] == 0 else self.alpha * sojourn_s + (1 - self.alpha) * state[2]
@@ -165,6 +189,7 @@ class PredictiveAutoscaler(Autoscaler):
         needed_then = forecast * state[2] / self.target_in_flight
         needed_now = signals.in_system / self.target_in_flight
         wanted = math.ceil(max(needed_then, needed_now) - 1e-9)
+        self._moved[signals.model] = state != before
         return wanted, (f"forecast {forecast:.2f} req/s in {signals.lead_time_s:.0f} s x {state[2]:.1f} s in system "
                         f"(target {self.target_in_flight:g} in flight per replica)")
 

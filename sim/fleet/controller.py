@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections import deque
 from operator import attrgetter
-from typing import TYPE_CHECKING, Generator
+from typing import TYPE_CHECKING, Callable, Generator
 
 import simpy
 
 from sim.fleet.autoscalers import Autoscaler, ModelSignals
+from sim.engine.stillness import INF, first_on_grid, next_change_s
 from sim.fleet.coldstart import expected_start_s, instance_stages
 from sim.fleet.cost import physical_gpus_per_node
 
@@ -55,20 +56,62 @@ class FleetController:
         self.booked: dict[int, list[int]] = {}  # node being provisioned -> models to start there once it is up
         self.empty_since: dict[int, float] = {}
         self.peak_nodes = [sum(1 for n in engine.nodes if n.pool == layout.index and n.billed) for layout in layouts]
+        self.next_arrival_s: Callable[[], float] = lambda: INF  # the workload's next arrival, set by the run
+        self.tick: simpy.Event | None = None  # the pending decision
+        self.rest_arrival_s = -1.0  # the arrival the pending decision was put off to, in a still stretch
+        self.still_since_s = INF  # the first of the decisions in a row that were still
+        timeouts = [self.config.idle_timeout_s(name) or 0.0 for name in engine.model_names]
+        self.rules_horizon_s = max([self.config.scale_down_window_s, self.config.node_idle_s] + timeouts) \
+            + 2 * self.config.interval_s
 
     def run(self) -> Generator[simpy.Event, None, None]:
         env, engine = self.engine.env, self.engine
+        wait_s = self.config.interval_s
         while not engine.all_done.triggered:
-            yield env.timeout(self.config.interval_s)
-            self.decide(env.now)
+            self.tick = env.timeout(wait_s)
+            yield self.tick
+            still = self.decide(env.now)
             if engine.arrivals_done and self._settled():
                 return  # nothing is running, loading or provisioning: further decisions change nothing
+            wait_s = self._wait_s(env.now, still)
+
+    def resting_tick(self, next_arrival_s: float) -> simpy.Event | None:
+        """The pending decision, if it was put off to ``next_arrival_s`` as one that changes nothing before it."""
+        return self.tick if self.rest_arrival_s == next_arrival_s else None
+
+    def _wait_s(self, now: float, still: bool) -> float:
+        """Seconds to the next decision: an interval, or in a still stretch the first decision on the grid at or
+        after the next change (see :mod:`sim.engine.stillness`).
+
+        A decision is still when it changed nothing, nothing was about and the autoscaler would answer the
+        same again. Once decisions have been still for the longest of the scenario's time rules (stabilisation
+        window, idle timeouts, node release), those rules have done all they will: each decision until
+        something happens is the same as this one."""
+        interval_s = self.config.interval_s
+        self.rest_arrival_s = -1.0
+        if not (still and self._settled() and not self.engine.retiring):
+            self.still_since_s = INF
+            return interval_s
+        self.still_since_s = min(self.still_since_s, now)
+        if now - self.still_since_s < self.rules_horizon_s:
+            return interval_s
+        next_arrival_s = self.next_arrival_s()
+        change_s = next_change_s(self.engine.env, next_arrival_s, INF, None)
+        if change_s == INF or change_s <= now + interval_s:
+            return interval_s
+        self.rest_arrival_s = next_arrival_s
+        return first_on_grid(now, interval_s, change_s) - now
 
     # -- deciding ------------------------------------------------------------------------------------
-    def decide(self, now: float) -> None:
+    def decide(self, now: float) -> bool:
+        """Bring each model to its replica count; whether the decision was still (see :meth:`_wait_s`)."""
+        logged = len(self.engine.recorder.events)
+        still = True
         for model in range(len(self.engine.model_names)):
             signals = self.signals(model, now)
             wanted, reason = self._bounded(model, signals, now)
+            still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
+                and self.autoscaler.at_rest(signals.model)
             current = signals.replicas
             if wanted != current:
                 direction = "scale_up" if wanted > current else "scale_down"
@@ -80,6 +123,7 @@ class FleetController:
                     self._scale_down(model, current - wanted)
         self._unload_emptied()
         self._release_idle_nodes(now)
+        return still and len(self.engine.recorder.events) == logged
 
     def _bounded(self, model: int, signals: ModelSignals, now: float) -> tuple[int, str]:
         """The autoscaler's count within the scenario's bounds, scale-to-zero and the stabilisation window."""
