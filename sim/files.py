@@ -42,10 +42,11 @@ def check_regular_file(path: Path, what: str = "file") -> Path:
         raise MmsimError(f"{what} not found", source=str(path)) from None
     except OSError as error:
         raise MmsimError(f"cannot read {what} ({error.strerror})", source=str(path)) from None
+    article = "an" if what[:1] in "aeiou" else "a"
     if stat.S_ISDIR(mode):
-        raise MmsimError(f"is a folder, not a {what}", source=str(path))
+        raise MmsimError(f"is a folder, not {article} {what}", source=str(path))
     if not stat.S_ISREG(mode):
-        raise MmsimError(f"not a regular file (a device, FIFO or socket); expected a {what}", source=str(path))
+        raise MmsimError(f"not a regular file (a device, FIFO or socket); expected {article} {what}", source=str(path))
     return path
 
 
@@ -94,6 +95,12 @@ class _FastUniqueKeyLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLo
     """The safe loader on libyaml where PyYAML was built with it: ~8x faster (a few ms of every run), but its
     composer recurses in C, so nesting in the tens of thousands overflows the stack instead of raising."""
 
+
+EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+"""A float in exponent notation without a dot (``1e-6``, ``2E3``): YAML 1.2 and JSON read it as a number, PyYAML
+(YAML 1.1) as the string "1e-6", which a number field then refused with no hint why."""
+for _loader in (_UniqueKeyLoader, _FastUniqueKeyLoader):
+    _loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
 
 LIBYAML_MAX_MARKS = 2_000
 """Texts with at most this many of the characters that can open a nesting level (``[{-:?``) go to libyaml: they
@@ -184,6 +191,11 @@ def cut(text: object, limit: int = 80) -> str:
     """``text`` shortened to ``limit`` characters for messages (a 2 MB field must not be echoed whole)."""
     text = str(text)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless the count is one ("1 request", "3 requests")."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def safe_name(text: str, fallback: str) -> str:

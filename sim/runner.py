@@ -17,10 +17,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from sim.errors import MmsimError
 from sim.files import check_output_dir, disk_error, safe_name
+from sim.progress_bar import progress_bar
 from sim.results import write_run
 from sim.scenario import Scenario, load_scenario
 from sim.simulation import RunResult, simulate
@@ -163,8 +162,7 @@ def run_scenario(path: Path, *, policy: str | None = None, seed: int | None = No
     scenario_data = effective_scenario(scenario, policy, seed)
     check_run_dir(out_dir, replace, scenario_data)
     check_run_size(scenario, path.parent, str(path))
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  transient=True, disable=not show_progress) as progress:
+    with progress_bar(show_progress, transient=True) as progress:
         task = progress.add_task(f"{scenario.name} / {policy_name}", total=expected_requests(scenario))
         try:
             result = simulate(scenario, base_dir=path.parent, policy=policy, seed=seed, mode=mode,

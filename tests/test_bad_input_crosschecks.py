@@ -77,3 +77,16 @@ def test_compare_seeds_are_bounded(tmp_path, seed, seeds, expected):
 def test_capacity_flags_that_contradict_or_repeat(tmp_path, flags, expected):
     scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
     refused(["capacity", scenario, *flags, "--out", tmp_path / "o"], expected, out=tmp_path / "o")
+
+
+@pytest.mark.parametrize("axes, expected", [
+    ({"load": [1, 1.0]}, "axis 'load' lists a value twice (1 and 1.0 are one value)"),
+    ({"gpus": [2.0, 2]}, "axis 'gpus' lists a value twice"),
+    ({"workload.generator.duration_s": [5, 5.0]}, "lists a value twice"),
+    ({"gpus": [1, 1.5]}, "axis 'gpus' needs whole numbers of GPUs, not 1.5"),
+])
+def test_a_sweep_axis_value_given_twice_as_equal_numbers_is_refused(tmp_path, axes, expected):
+    """``load: [1, 1.0]`` ran the same scenario twice under two run ids."""
+    write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "axes": axes})
+    refused(["sweep", sweep, "--out", tmp_path / "o", "-q"], expected, out=tmp_path / "o")

@@ -249,3 +249,68 @@ def test_trace_windows_refuse_an_empty_window(tmp_path):
     assert parse_windows("0:2,60:8:2") == [[0.0, 2.0], [60.0, 8.0, 2.0]]
     with pytest.raises(MmsimError, match="--windows: empty entry in '0:2,'"):
         parse_windows("0:2,")
+
+
+# --- messages a walkthrough found unclear ------------------------------------------------------------------------
+
+def _trace_scenario(tmp_path, trace: dict):
+    return write_yaml(tmp_path / "s.yaml", tiny_scenario(workload={"trace": trace}))
+
+
+@pytest.mark.parametrize("trace, expected", [
+    ({"path": "t.csv", "format": "azure-2023"},
+     "s.yaml: workload.trace: azure-2023 traces have no model column; name the model their requests are for"),
+    ({"path": "t.csv", "format": "mooncake", "model_map": {"a": "qwen2.5-3b"}},
+     "workload.trace: mooncake traces have no model column to map"),
+    ({"path": ""}, "s.yaml: workload.trace.path: is empty; name a file"),
+    ({"path": "."}, "is a folder, not an input file"),
+])
+def test_a_scenario_trace_that_cannot_be_read_names_the_field(tmp_path, trace, expected):
+    write(tmp_path / "t.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,374,44\n")
+    refused(["run", _trace_scenario(tmp_path, trace), "--out", tmp_path / "o"], expected, out=tmp_path / "o")
+
+
+def test_a_fifo_named_as_a_scenario_trace_is_refused(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "t.csv")
+    refused(["run", _trace_scenario(tmp_path, {"path": "t.csv"}), "--out", tmp_path / "o"],
+            "workload.trace.path: ", "not a regular file (a device, FIFO or socket); expected an input file")
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--process", "gamma", "--rate", "2"], "error: --cv is needed with --process gamma"),
+    (["--process", "rate-series"], "error: --windows is needed with --process rate-series"),
+    (["--process", "poisson"], "error: --rate is needed with --process poisson"),
+    (["--process", "poisson", "--rate", "-1"], "error: --rate: "),
+])
+def test_trace_generate_names_the_flag_not_the_field(tmp_path, flags, expected):
+    refused(["trace", "generate", *flags, "--mix", "a=1", "--duration", "5", "--out", tmp_path / "g.csv"], expected,
+            out=tmp_path / "g.csv")
+
+
+def test_trace_generate_from_a_trace_scenario_says_it_needs_a_generator(tmp_path):
+    scenario = _trace_scenario(tmp_path, {"path": "t.csv"})
+    refused(["trace", "generate", "--config", scenario, "--out", tmp_path / "g.csv"],
+            "s.yaml: workload.trace: this workload replays a trace; trace generate needs a generator",
+            out=tmp_path / "g.csv")
+
+
+def test_a_scenario_given_to_sweep_is_named_as_one(tmp_path):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["sweep", scenario, "--out", tmp_path / "o"], "s.yaml: is a scenario, not a sweep file", out=tmp_path / "o")
+
+
+@pytest.mark.parametrize("written", ["1e-3", "2E0", "5e+0"])
+def test_a_yaml_number_in_exponent_form_without_a_dot_is_a_number(tmp_path, capsys, written):
+    """PyYAML (YAML 1.1) reads ``1e-3`` as a string: a number field then said only "Input should be a valid number"."""
+    from conftest import mmsim_in_process
+
+    data = tiny_scenario()
+    yaml_text = write_yaml(tmp_path / "s.yaml", data).read_text()
+    text = yaml_text.replace("ttft_s: 2.0", f"ttft_s: {written}")
+    assert text != yaml_text
+    write(tmp_path / "s.yaml", text)
+    code, out, err = mmsim_in_process(capsys, "run", tmp_path / "s.yaml", "--out", tmp_path / "o", "--json")
+    assert code == 0, err
+    assert json.loads((tmp_path / "o" / "scenario.json").read_text())["slo"]["default"]["ttft_s"] == float(written)

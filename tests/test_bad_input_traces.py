@@ -113,8 +113,8 @@ def test_trace_import_flags(tmp_path, flags, expected):
 
 @pytest.mark.parametrize("flags, expected", [
     (["--mix", "m" * 300 + "=1", "--duration", "2", "--rate", "1"], "model names are 1 to 200 characters, not 300"),
-    (["--mix", "qwen3-8b=1", "--duration", "inf", "--rate", "1"], "duration_s"),
-    (["--mix", "qwen3-8b=1", "--duration", "2", "--rate", "1e308"], "rate_per_s"),
+    (["--mix", "qwen3-8b=1", "--duration", "inf", "--rate", "1"], "--duration: "),
+    (["--mix", "qwen3-8b=1", "--duration", "2", "--rate", "1e308"], "--rate: "),
     (["--mix", "qwen3-8b=inf", "--duration", "2", "--rate", "1"], "mix"),
 ])
 def test_trace_generate_flags(tmp_path, flags, expected):
@@ -141,3 +141,24 @@ def test_servegen_window_rates_are_bounded(tmp_path):
     data["workload"]["generator"]["arrivals"] = {"process": "servegen", "path": "w.csv"}
     refused(["run", write_yaml(tmp_path / "s.yaml", data), "--out", tmp_path / "o"], "w.csv", "line 1", "rate_rps",
             out=tmp_path / "o")
+
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+@pytest.mark.parametrize("name, text, args, line, reason", [
+    # A row out of time order before a bad value: the reader's value check ran first and named the later row.
+    ("t.csv", TRACE_HEADER + "0,m,10,5\n2,m,10,5\n1,m,10,5\n3,m,abc,5\n", [], "line 4", "earlier than the row before"),
+    ("t.csv", TRACE_HEADER + "0,m,10,5\n2,m,abc,5\n1,m,10,5\n", [], "line 3", "prompt_tokens 'abc'"),
+    ("az.csv", AZURE_HEADER + "2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:50.99,396,109\n"
+     "2023-11-16 18:15:48.0,879,42\n2023-11-16 18:15:51.0,abc,42\n", ["--format", "azure-2023", "--model", "m"],
+     "line 4", "earlier than the row before"),
+    # A key the first line does not set, after a bad value: the key's check ran first.
+    ("t.jsonl", '{"arrival_s":0,"model":"m","prompt_tokens":10,"output_tokens":5}\n'
+     '{"arrival_s":1,"model":"m","prompt_tokens":"x","output_tokens":5}\n'
+     '{"arrival_s":2,"model":"m","prompt_tokens":10,"output_tokens":5,"priority":1}\n', [], "line 2",
+     "prompt_tokens 'x'"),
+])
+def test_a_strict_read_names_the_first_bad_row_whichever_check_finds_it(tmp_path, name, text, args, line, reason):
+    trace = write(tmp_path / name, text)
+    refused(["trace", "stats", trace, *args], f"{trace}: {line}: {reason}")

@@ -74,7 +74,7 @@ BAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,5,5\n2023-11
     (["trace", "stats", "{bad}"], "unknown column 'TIMESTAMP'"),
     (["trace", "merge", "{bad}", "{out}"], "unknown column 'TIMESTAMP'"),
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "0", "--mix", "qwen3-8b=1"],
-         "arrivals.poisson.rate_per_s: Input should be greater than or equal to"),
+         "--rate: Input should be greater than or equal to"),
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1"], "give the model mix"),
     # a name given twice, or a mix given both ways, silently kept one of the values
     (["trace", "generate", "--out", "{out}", "--duration", "5", "--rate", "1", "--mix", "qwen3-8b=1,qwen3-8b=2"],
@@ -113,7 +113,7 @@ def test_skip_bad_counts(tmp_path, capsys):
     bad.write_text(BAD)
     code, out, _ = mmsim(capsys, "trace", "import", "azure-2023", bad, tmp_path / "out.csv", "--model", "qwen3-8b",
                          "--skip-bad")
-    assert code == 0 and "1 requests from 2 rows" in out and "skipped 1 malformed rows (first: line 3" in out
+    assert code == 0 and "1 request from 2 rows" in out and "skipped 1 malformed row (first: line 3" in out
 
 
 def test_generate_is_deterministic_and_reads_scenarios(tmp_path, capsys):
@@ -238,3 +238,17 @@ def test_a_scenario_run_counts_the_rows_skip_bad_dropped(tmp_path, capsys):
     code, out, err = mmsim(capsys, "run", scenario, "--out", tmp_path / "run")
     assert code == 0, err
     assert "skipped as malformed" in out and "2 of 4 (first: line 3" in " ".join(out.split())
+
+
+def test_trace_stats_counts_the_rows_skip_bad_dropped(tmp_path, capsys):
+    """As ``trace import`` does: the rows --skip-bad dropped are counted, with the first of them."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,model,prompt_tokens,output_tokens\n0,m,10,5\n2,m,10,5\n1,m,10,5\n3,m,abc,5\n4,m,9,5\n")
+    code, out, err = mmsim(capsys, "trace", "stats", trace, "--skip-bad", "--json")
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["requests"] == 3
+    assert stats["trace_rows"] == {"rows_read": 5, "requests": 3, "skipped_malformed": 2,
+                                   "first_skipped": "line 4: earlier than the row before; traces must be sorted by time"}
+    code, out, err = mmsim(capsys, "trace", "stats", trace, "--skip-bad")
+    assert code == 0 and "2 of 5 (first: line 4" in " ".join(out.split())

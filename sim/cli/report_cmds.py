@@ -13,6 +13,7 @@ from rich.table import Table
 from sim.cli import app
 from sim.cli.common import AUTOSCALER_OPTION, FORCE_OPTION, MODE_OPTION, PROFILE_OPTION, comma_list, console
 from sim.errors import MmsimError
+from sim.files import counted
 from sim.scenario import MAX_SEED
 
 SWEEP_INDEXES = ("index.csv", "index.parquet")
@@ -98,7 +99,7 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
     report, runs = compare(scenario, names, seeds=seeds, out=out, runs_dir=runs_dir, mode=mode,
                            threshold=drop_threshold, force=force, scenario=loaded, first_seed=seed)
     print_ranking(by_policy(runs), drop_threshold)
-    console.print(f"{len(runs)} runs kept under [bold]{escape(str(runs_dir))}[/]")
+    console.print(f"{counted(len(runs), 'run')} kept under [bold]{escape(str(runs_dir))}[/]")
     console.print(f"report: [bold]{escape(str(report))}[/] ({_size(report)})")
 
 
@@ -135,7 +136,8 @@ def _sweep_report(sweep_dir: Path, out: Path | None) -> Path:
 
 @app.command("report")
 def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one sweep folder)"),
-               out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/SCENARIO-report.html)"),
+               out: Path = typer.Option(None, "--out", "-o", help="report file (default reports/SCENARIO-report.html; "
+                                                                 "for a sweep folder, reports/FOLDER.html)"),
                title: str = typer.Option(None, "--title", help="page title"),
                allow_mixed: bool = typer.Option(False, "--allow-mixed", help="show runs of different scenarios, profiles "
                                                 "or engine builds as separate groups instead of refusing"),

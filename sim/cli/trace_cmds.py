@@ -17,7 +17,7 @@ from sim.catalogue import catalogue
 from sim.cli import app
 from sim.cli.common import comma_list, console, print_json, table
 from sim.errors import MmsimError, pydantic_error_message
-from sim.files import check_output_file, check_regular_file, cut, load_yaml, parse_yaml
+from sim.files import check_output_file, check_regular_file, counted, cut, load_yaml, parse_yaml
 from sim.workload.config import (MAX_PREFIX_BLOCK_TOKENS, PREFIX_BLOCK_TOKENS, TRACE_FORMATS, Arrivals,
                                  GeneratorConfig)
 
@@ -61,6 +61,29 @@ def _validate(adapter_type, data, source: str):
         return TypeAdapter(adapter_type).validate_python(data, strict=True)
     except ValidationError as error:
         raise pydantic_error_message(error, source) from None
+
+
+GENERATOR_FLAGS = {"rate_per_s": "--rate", "cv": "--cv", "windows": "--windows", "path": "--servegen-file",
+                   "duration_s": "--duration", "max_requests": "--max-requests", "mix": "--mix",
+                   "prompt_tokens": "--prompt", "output_tokens": "--output", "process": "--process"}
+"""The ``trace generate`` flag that sets each generator field, for messages about values given as flags."""
+
+
+def _validate_flags(data: dict):
+    """The generator the flags describe; a problem is named by its flag (``--cv``), not the field it sets."""
+    try:
+        return _validate(GeneratorConfig, data, "trace generate options")
+    except MmsimError as error:
+        field = (error.field or "").split(".")
+        flag = next((GENERATOR_FLAGS[part] for part in reversed(field) if part in GENERATOR_FLAGS), None)
+        if flag is None:
+            raise
+        message = error.args[0]
+        process = data.get("arrivals", {}).get("process")
+        if message.startswith("Field required"):
+            raise MmsimError(f"{flag} is needed" + (f" with --process {process}" if flag in ("--rate", "--cv", "--windows",
+                             "--servegen-file") and process else "")) from None
+        raise MmsimError(f"{flag}: {message}") from None
 
 
 @trace_app.command("formats")
@@ -155,7 +178,7 @@ def trace_merge(
     options = ImportOptions()
     streams = [read_trace(path, "mmsim", options, rows=chunk_rows) for path in sources]
     rows = write_trace(merge_streams(streams, chunk_rows), target)
-    console.print(f"wrote {target}: {rows} requests from {len(sources)} traces", highlight=False, soft_wrap=True)
+    console.print(f"wrote {target}: {counted(rows, 'request')} from {counted(len(sources), 'trace')}", highlight=False, soft_wrap=True)
 
 
 def check_output_target(target: Path) -> None:
@@ -201,6 +224,10 @@ def load_generator_file(path: Path) -> tuple[dict, int | None, set[str] | None, 
     field = "prefix_block_tokens"
     if isinstance(data.get("workload"), dict):
         data, field = data["workload"], "workload.prefix_block_tokens"
+    if "trace" in data and "generator" not in data:
+        raise MmsimError("this workload replays a trace; trace generate needs a generator (workload: generator: ...), "
+                         "or give the generator as flags without --config", source=str(path),
+                         field=field.replace("prefix_block_tokens", "trace"))
     block_tokens = data.get("prefix_block_tokens", PREFIX_BLOCK_TOKENS) if "generator" in data else PREFIX_BLOCK_TOKENS
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or \
             not 1 <= block_tokens <= MAX_PREFIX_BLOCK_TOKENS:
@@ -273,7 +300,7 @@ def trace_generate(
         data["output_tokens"] = parse_length(output, "--output")
     if "mix" not in data:
         raise MmsimError("give the model mix: --mix NAME=WEIGHT,... or --zipf S --models a,b,c")
-    generator = _validate(GeneratorConfig, data, source)
+    generator = _validate(GeneratorConfig, data, source) if config is not None else _validate_flags(data)
     unserved = [name for name in generator.model_names() if name not in served] if served is not None else []
     if served is not None and unserved:
         raise MmsimError(f"model {cut(unserved[0])!r} is not served by this scenario (it serves "
@@ -283,7 +310,7 @@ def trace_generate(
         raise MmsimError(f"the seed must be from 0 to 2**63-1, not {seed}", source=source, field="seed")
     rows = write_trace(generate(generator, seed=seed, base_dir=base_dir, chunk_rows=chunk_rows,
                                 field="generator", prefix_block_tokens=block_tokens), target)
-    console.print(f"wrote {target}: {rows} requests (seed {seed})", highlight=False, soft_wrap=True)
+    console.print(f"wrote {target}: {counted(rows, 'request')} (seed {seed})", highlight=False, soft_wrap=True)
     if served is None:
         note_deployment_names(set(generator.model_names()))
 
@@ -304,7 +331,7 @@ def trace_stats_cmd(
     """Count, span, rate, burstiness, model shares, length percentiles and ideal prefix reuse of a trace."""
     from sim.workload.importers import FORMATS
     from sim.workload.reader import read_trace
-    from sim.workload.rows import ImportOptions
+    from sim.workload.rows import ImportOptions, RowReport
     from sim.workload.stats import trace_stats
     from sim.workload.stats_plot import PLOT_SUFFIXES, plot_stats
 
@@ -315,8 +342,9 @@ def trace_stats_cmd(
         check_output_file(plot)
     options = ImportOptions(model=model or (path.stem if single_model else None),
                             model_map=parse_pairs(model_map, "--model-map") if model_map else None, skip_bad=skip_bad)
-    stats = trace_stats(read_trace(path, fmt, options), prefix_block_tokens)
-    summary = stats.summary()
+    report = RowReport(str(path))
+    stats = trace_stats(read_trace(path, fmt, options, report=report), prefix_block_tokens)
+    summary = {**stats.summary(), "trace_rows": report.counts()}
     if plot is not None:
         plot_stats(stats, plot, title=path.name)
     if as_json:
@@ -329,6 +357,9 @@ def trace_stats_cmd(
     if summary["prefix_reuse"] is not None:
         rows.append(["ideal prefix reuse", f"{summary['prefix_reuse']['share']:.1%} of prompt tokens "
                                            f"({prefix_block_tokens}-token blocks seen before)"])
+    if report.bad_rows:
+        rows.append(["rows skipped as malformed (--skip-bad)",
+                     f"{report.bad_rows:,} of {report.rows_read:,} (first: {report.first_bad})"])
     console.print(table(str(path), ["statistic", "value"], rows))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sim.progress_bar import progress_bar
 
 from sim.errors import MmsimError
 from sim.files import check_page_target
@@ -61,8 +61,7 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
         check_run_dir(folder, force, scenario_data)
     check_page_target(out, inputs=[scenario_path], folders=list(folders), force=force)  # the page reads them all
     runs: list[RunData] = []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  disable=not show_progress) as progress:
+    with progress_bar(show_progress) as progress:
         task = progress.add_task("runs", total=len(plan))
         for policy, seed, folder, scenario_data in plan:
             progress.update(task, description=f"{scenario.name} · {policy} · seed {seed}")

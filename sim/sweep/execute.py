@@ -24,11 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
-
 from sim.errors import MmsimError
 from sim.files import cut
+from sim.progress_bar import progress_bar
 from sim.results import atomic_write
 from sim.sweep.index import make_row, write_index
 from sim.sweep.spec import RunTask
@@ -180,12 +178,6 @@ def finished(run_dir: Path) -> dict | None:
         return None
 
 
-def progress_bar(enabled: bool) -> Progress:
-    """A progress bar over runs with elapsed time and ETA."""
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("ETA"), TimeRemainingColumn(), disable=not enabled)
-
-
 def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int | None = None, use_ray: bool = False,
               ray_address: str | None = None, show_progress: bool = True, meta: dict | None = None) -> dict:
     """Run every task not already finished under OUT/runs/, keep OUT/index.* current, return what happened."""
@@ -213,7 +205,7 @@ def run_sweep(tasks: list[RunTask], out: Path, *, axes: list[str], workers: int 
     failed = 0
     # No backend (and no Ray start-up) when everything is already done.
     backend = Backend(workers, use_ray, ray_address) if todo else contextlib.nullcontext()
-    with progress_bar(show_progress) as progress, backend as running:
+    with progress_bar(show_progress, eta=True) as progress, backend as running:
         bar = progress.add_task("sweep", total=len(tasks), completed=len(tasks) - len(todo))
         for outcome in running.map(todo, runs_dir) if running is not None else ():
             task = by_id[outcome["run_id"]]

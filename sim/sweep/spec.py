@@ -48,16 +48,29 @@ class SweepSpec(BaseModel):
         for path, values in axes.items():
             if not values:
                 raise ValueError(f"axis {path!r} has no values")
-            if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
-                raise ValueError(f"axis {path!r} lists a value twice")
+            if len({json.dumps(_same_number(v), sort_keys=True) for v in values}) != len(values):
+                raise ValueError(f"axis {path!r} lists a value twice (1 and 1.0 are one value)")
             if path in CONVENIENCE_AXES and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                     and math.isfinite(v) and 0 < v <= 1e6 for v in values):
                 raise ValueError(f"axis {path!r} needs positive finite numbers (at most 1e6)")
+            if path == "gpus" and not all(float(v).is_integer() for v in values):
+                raise ValueError(f"axis 'gpus' needs whole numbers of GPUs, not {next(v for v in values if not float(v).is_integer())}")
         runs = math.prod(len(values) for values in axes.values())
         if runs > MAX_RUNS:
             raise ValueError(f"the axes make {runs:,} runs ({' x '.join(str(len(v)) for v in axes.values())}); "
                              f"a sweep may have at most {MAX_RUNS:,}")
         return axes
+
+
+def _same_number(value):
+    """``value`` with every whole float as the int it equals, so that 2 and 2.0 compare as the one value they are."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _same_number(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_same_number(item) for item in value]
+    return value
 
 
 @dataclass
@@ -79,7 +92,12 @@ def run_id(axes: dict) -> str:
 
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and validate a sweep file."""
-    return validate_mapping(SweepSpec, read_yaml(Path(path), "sweep file"), str(path), strict=True)
+    data = read_yaml(Path(path), "sweep file")
+    if isinstance(data, dict) and "base" not in data and {"models", "workload"} & set(data):
+        raise MmsimError("is a scenario, not a sweep file (a sweep file has base: SCENARIO.yaml and axes: {PATH: "
+                         "[values]}); run a scenario with mmsim run, or its policies side by side with mmsim compare",
+                         source=str(path))
+    return validate_mapping(SweepSpec, data, str(path), strict=True)
 
 
 def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:

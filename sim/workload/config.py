@@ -298,6 +298,14 @@ class TraceConfig(Strict):
             raise ValueError("arrivals is needed for (and only for) format length-pairs")
         if self.start_s is not None and self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError("end_s must be after start_s")
+        from sim.workload.importers import FORMATS  # the formats import this module
+
+        if not FORMATS[self.format].model_column:
+            if self.model_map is not None:
+                raise ValueError(f"{self.format} traces have no model column to map; name their model with model: NAME")
+            if self.model is None:
+                raise ValueError(f"{self.format} traces have no model column; name the model their requests are "
+                                 "for (model: NAME)")
         return self
 
 

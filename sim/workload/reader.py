@@ -62,7 +62,9 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
     spec = get_format(fmt)
     path = check_regular_file(Path(path), "trace file")
     report = report if report is not None else RowReport(str(path))
-    report.skip_bad = options.skip_bad
+    # Strict, every stage still notes its bad rows and the chunk's earliest is the error: a value check in the
+    # reader must not hide an earlier row out of time order, found by a later stage.
+    report.skip_bad = True
     origin_s = None if spec.rebase else 0.0
     latest_s = -np.inf
     start_s = options.start_s or 0.0
@@ -73,19 +75,21 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
         earlier = raw.arrival_s < np.maximum.accumulate(np.concatenate([[latest_s], raw.arrival_s]))[:-1]
         keep = report.check(lines, [(earlier, lambda i: "earlier than the row before; traces must be sorted by time")])
         chunk = take(raw, keep)
-        if len(chunk) == 0:
-            continue
-        latest_s = max(latest_s, float(chunk.arrival_s[-1]))
-        if origin_s is None:
-            origin_s = float(chunk.arrival_s[0])
-        relative_s = chunk.arrival_s - origin_s
-        chunk = take(chunk, (relative_s >= start_s) & (relative_s < end_s))
-        past_end = bool(relative_s[-1] >= end_s)
-        chunk.arrival_s = (chunk.arrival_s - origin_s - start_s) * options.time_scale
-        late = chunk.arrival_s > MAX_TIME_S
-        chunk = take(chunk, report.check(chunk.extra["line"], [(late, lambda i: f"arrival {chunk.arrival_s[i]:.4g} s "
-                                                                        f"(after the time scale) is past {MAX_TIME_S:g} s")]))
-        chunk = _map_models(chunk, spec.model_column, options, report)
+        past_end = False
+        if len(chunk):
+            latest_s = max(latest_s, float(chunk.arrival_s[-1]))
+            if origin_s is None:
+                origin_s = float(chunk.arrival_s[0])
+            relative_s = chunk.arrival_s - origin_s
+            chunk = take(chunk, (relative_s >= start_s) & (relative_s < end_s))
+            past_end = bool(relative_s[-1] >= end_s)
+            chunk.arrival_s = (chunk.arrival_s - origin_s - start_s) * options.time_scale
+            late = chunk.arrival_s > MAX_TIME_S
+            chunk = take(chunk, report.check(chunk.extra["line"], [(late, lambda i: f"arrival {chunk.arrival_s[i]:.4g} "
+                                                                            f"s (after the time scale) is past {MAX_TIME_S:g} s")]))
+            chunk = _map_models(chunk, spec.model_column, options, report)
+        if not options.skip_bad:
+            report.raise_first_bad()
         chunk.extra = {}
         chunk.first_id = emitted
         emitted += len(chunk)
@@ -94,6 +98,8 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
             yield chunk
         if past_end:
             return
+    if not options.skip_bad:
+        report.raise_first_bad()
 
 
 def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions, report: RowReport) -> RequestChunk:

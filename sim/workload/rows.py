@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.errors import MmsimError
-from sim.files import cut
+from sim.files import counted, cut
 from sim.workload.config import MAX_LENGTH_TOKENS, MAX_TIME_S, Arrivals
 
 MAX_PRIORITY = 1 << 40
@@ -59,6 +59,7 @@ class RowReport:
     bad_rows: int = 0
     first_bad: str | None = None
     first_bad_number: int | None = None
+    first_bad_reason: str | None = None
     dropped: dict[str, int] = field(default_factory=dict)
 
     def where(self, number: int) -> str:
@@ -95,18 +96,30 @@ class RowReport:
         """Keep the earliest bad row in the file: the checks run column by column, not in row order."""
         if self.first_bad_number is None or number < self.first_bad_number:
             self.first_bad_number = number
+            self.first_bad_reason = reason
             self.first_bad = f"{self.where(number)}: {reason}"
+
+    def raise_first_bad(self) -> None:
+        """End a strict read at the earliest bad row noted so far (rows are checked stage by stage, each stage
+        over a chunk, so the first stage to find a bad row need not have found the earliest)."""
+        if self.first_bad_number is not None:
+            raise MmsimError(self.first_bad_reason or "", source=self.source, field=self.where(self.first_bad_number))
 
     def drop(self, reason: str, count: int) -> None:
         """Rows removed on purpose (e.g. failed requests), counted by reason."""
         if count:
             self.dropped[reason] = self.dropped.get(reason, 0) + int(count)
 
+    def counts(self) -> dict:
+        """Rows read, requests given, and the malformed rows ``skip_bad`` dropped with the first of them."""
+        return {"rows_read": self.rows_read, "requests": self.rows_out, "skipped_malformed": self.bad_rows,
+                "first_skipped": self.first_bad}
+
     def summary(self) -> str:
         """One line: rows written, then any malformed and dropped rows."""
-        parts = [f"{self.rows_out} requests from {self.rows_read} rows"]
+        parts = [f"{counted(self.rows_out, 'request')} from {counted(self.rows_read, 'row')}"]
         if self.bad_rows:
-            parts.append(f"skipped {self.bad_rows} malformed rows (first: {self.first_bad})")
+            parts.append(f"skipped {counted(self.bad_rows, 'malformed row')} (first: {self.first_bad})")
         parts.extend(f"dropped {count} {reason}" for reason, count in self.dropped.items())
         return "; ".join(parts)
 
@@ -142,8 +155,11 @@ def whole_numbers(values, column: str, minimum: int = 1, maximum: int = MAX_LENG
     ints = np.where(bad, minimum, numbers).astype(np.int64)
 
     def reason(i: int) -> str:
-        if np.isfinite(numbers[i]) and numbers[i] == np.floor(numbers[i]) and numbers[i] > maximum:
+        whole = np.isfinite(numbers[i]) and numbers[i] == np.floor(numbers[i])
+        if whole and numbers[i] > maximum:
             return f"{column} {_show(values, i)} is more than {maximum:,}"
+        if whole:
+            return f"{column} {_show(values, i)} is less than {minimum}"
         return f"{column} {_show(values, i)} is not a whole number >= {minimum}"
 
     return ints, bad, reason
@@ -166,4 +182,6 @@ def _show(values, i: int) -> str:
     value = values.iloc[i] if hasattr(values, "iloc") else values[i]  # a pandas Series, or a sequence
     if value is None or isinstance(value, float) and np.isnan(value):
         return "(missing)"
+    if isinstance(value, (float, np.floating)) and float(value).is_integer() and abs(float(value)) < 2**53:
+        return str(int(value))  # a column with a gap is read as floats: -1 was written, not -1.0
     return repr(cut(value)) if isinstance(value, str) else cut(value)

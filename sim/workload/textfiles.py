@@ -47,6 +47,8 @@ def file_kind(path: Path) -> str:
 
 def resolve_input(path: str, base_dir: Path | None, field: str) -> Path:
     """An input file named in a config: absolute, or relative to ``base_dir``, else to the current folder."""
+    if not path.strip():
+        raise MmsimError("is empty; name a file (absolute, or relative to the scenario's folder)", field=field)
     candidate = Path(path).expanduser()
     if candidate.is_absolute():
         options = [candidate]
@@ -54,7 +56,10 @@ def resolve_input(path: str, base_dir: Path | None, field: str) -> Path:
         options = ([Path(base_dir) / candidate] if base_dir is not None else []) + [Path.cwd() / candidate]
     for option in options:
         if option.exists():
-            return check_regular_file(option, "input file")
+            try:
+                return check_regular_file(option, "input file")
+            except MmsimError as error:
+                raise MmsimError(f"{option}: {error.args[0]}", field=field) from None
     raise MmsimError(f"file {path!r} not found (looked in {', '.join(str(o.parent) for o in options)})", field=field)
 
 
