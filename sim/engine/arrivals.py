@@ -72,6 +72,11 @@ class ArrivalStream:
             self.next_time = self._arrival[0]
             return
         self.next_time = INF
+        # Let go of the last chunk: the sampler and fleet controller ask this stream for the next arrival, so it
+        # lives as long as the run's result does.
+        self._arrival, self._model, self._prompt, self._output, self._predicted, self._priority = [], [], [], [], [], []
+        self._prefix_ids = None
+        self._chunks = iter(())
         self.engine.arrivals_done = True
         self.engine.check_done()
 
