@@ -162,3 +162,17 @@ AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 def test_a_strict_read_names_the_first_bad_row_whichever_check_finds_it(tmp_path, name, text, args, line, reason):
     trace = write(tmp_path / name, text)
     refused(["trace", "stats", trace, *args], f"{trace}: {line}: {reason}")
+
+
+@pytest.mark.parametrize("row, reason", [
+    ('{"arrival_s": 1, "model": "m", "prompt_tokens": "10", "output_tokens": 5, "priority": 0}',
+     "prompt_tokens '10' is text; write a JSON number"),
+    ('{"arrival_s": 1, "model": "m", "prompt_tokens": 10, "output_tokens": 5, "priority": "1"}', "priority '1' is text"),
+])
+def test_a_jsonl_number_written_as_text_is_a_bad_row(tmp_path, capsys, row, reason):
+    """JSON has numbers: ``"10"`` in a number's place was read as 10 without a word (a scenario's YAML refuses it)."""
+    good = '{"arrival_s": 0, "model": "m", "prompt_tokens": 10, "output_tokens": 5, "priority": 0}\n'
+    trace = write(tmp_path / "t.jsonl", good + row + "\n")
+    refused(["trace", "stats", trace], f"{trace}: line 2: {reason}")
+    code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
+    assert code == 0 and json.loads(out)["trace_rows"]["skipped_malformed"] == 1

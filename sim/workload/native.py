@@ -90,7 +90,7 @@ def _read_jsonl(path: Path, report: RowReport, rows: int) -> Iterator[RequestChu
                 import pandas as pd  # for a block the typed decoder cannot vouch for
 
                 chunk = decode_native(pd.DataFrame.from_records(records).reindex(columns=names), lines, report,
-                                      prefix_text=False)
+                                      prefix_text=False, typed_cells=True)
             yield chunk
 
 
@@ -150,8 +150,14 @@ def _check_parquet_types(schema: pa.Schema, path: Path) -> None:
             raise MmsimError(f"column {name} has type {schema.field(name).type}; expected text", source=str(path))
 
 
-def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, prefix_text: bool) -> RequestChunk:
-    """Check and convert one block of native rows parsed by pandas; malformed rows go to ``report``."""
+NUMBER_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "priority")
+
+
+def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, prefix_text: bool,
+                  typed_cells: bool = False) -> RequestChunk:
+    """Check and convert one block of native rows parsed by pandas; malformed rows go to ``report``. With
+    ``typed_cells`` (JSON) a number written as text (``"10"``) is a bad row, as it is in a scenario's YAML."""
+    quoted = [_quoted_numbers(frame, name) for name in NUMBER_COLUMNS if typed_cells and name in frame]
     arrival_s, bad_arrival, why_arrival = native_numbers("arrival_s", frame["arrival_s"])
     prompt, bad_prompt, why_prompt = native_numbers("prompt_tokens", frame["prompt_tokens"])
     output, bad_output, why_output = native_numbers("output_tokens", frame["output_tokens"])
@@ -178,9 +184,18 @@ def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, 
         prefix[:] = [None if ids is False else ids for ids in parsed]
         optional["prefix_ids"] = prefix
         checks.append((bad_prefix, lambda i: "prefix_ids must be whole numbers (space-separated in CSV, a list in JSON)"))
-    keep = report.check(lines, checks)
+    keep = report.check(lines, [check for check in quoted if check is not None] + checks)
     return make_chunk(arrival_s[keep], model[keep], prompt[keep], output[keep],
                       **{name: values[keep] for name, values in optional.items()}, extra={"line": lines[keep]})
+
+
+def _quoted_numbers(frame: pd.DataFrame, name: str):
+    """(mask, reason) for the rows whose ``name`` is text where JSON has numbers, or None when no row's is."""
+    values = frame[name].to_numpy(dtype=object)
+    mask = np.fromiter((isinstance(value, str) for value in values), bool, len(values))
+    if not mask.any():
+        return None
+    return mask, lambda i: f"{name} {cut(values[i])!r} is text; write a JSON number (no quotes)"
 
 
 def text_column(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
