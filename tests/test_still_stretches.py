@@ -54,6 +54,16 @@ def test_a_trace_with_a_request_a_billion_seconds_later_ends_at_once(tmp_path, c
     # Each sample stands on the 5 s grid of a trace's samples.
     steps = samples["time_s"].to_numpy() / 5.0
     assert np.allclose(steps, np.round(steps), rtol=1e-12, atol=1e-6)
+    # The report's memory timeline holds the model's weights across the stretch the samples passed over, with no
+    # bin missing between the first and the last sampled one (a stacked plot would slope across a gap).
+    from sim.reports.data import load_run
+    from sim.reports.timelines import _memory
+
+    centres, gib = _memory(load_run(tmp_path / "run"), ["qwen3-8b"])
+    assert len(centres) > 150 and np.all(np.diff(centres) > 0)
+    assert np.allclose(np.diff(centres), centres[1] - centres[0])
+    weights = gib["qwen3-8b"].to_numpy()
+    assert np.allclose(weights[1:-1], weights[1])
 
 
 def gapped_rows():

@@ -106,12 +106,18 @@ def _throughput(run: RunData, edges: np.ndarray) -> np.ndarray:
     return np.convolve(tokens / np.diff(edges), np.ones(SMOOTH_BINS) / SMOOTH_BINS, mode="same")
 
 
+def held_between_samples(binned: pd.Series | pd.DataFrame):
+    """Bins (by bin number) with a bin between two sampled ones holding the earlier one's value: the sampler passes
+    over still stretches, in which nothing changed (see sim.engine.stillness)."""
+    return binned.reindex(range(int(binned.index.min()), int(binned.index.max()) + 1)).ffill()
+
+
 def _queue_depth(run: RunData, edges: np.ndarray) -> np.ndarray:
     if run.timeseries.empty:
         return np.full(len(edges) - 1, np.nan)
     per_time = run.timeseries.groupby("time_s")["queued"].sum()
     index = np.clip(np.digitize(per_time.index.to_numpy(float), edges) - 1, 0, len(edges) - 2)
-    binned = pd.Series(per_time.to_numpy(float)).groupby(index).mean()
+    binned = held_between_samples(pd.Series(per_time.to_numpy(float)).groupby(index).mean())
     out = np.full(len(edges) - 1, np.nan)
     out[binned.index.to_numpy()] = binned.to_numpy()
     return out

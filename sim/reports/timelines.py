@@ -8,6 +8,7 @@ import pandas as pd
 from matplotlib.patches import Patch
 
 from sim.reports.data import RunData
+from sim.reports.plots import held_between_samples
 from sim.reports.svg import figure, to_svg
 
 GIB = 2**30
@@ -37,7 +38,7 @@ def _memory(run: RunData, models: list[str]) -> tuple[np.ndarray, pd.DataFrame] 
     per_time = frame.pivot_table(index="time_s", columns="model", values="gib", aggfunc="sum", fill_value=0.0,
                                  observed=True)
     index = np.clip(np.digitize(per_time.index.to_numpy(float), edges) - 1, 0, TIME_BINS - 1)
-    binned = per_time.groupby(index).mean()
+    binned = held_between_samples(per_time.groupby(index).mean())
     centres = (edges[binned.index.to_numpy()] + edges[binned.index.to_numpy() + 1]) / 2
     return centres, binned[[m for m in models if m in binned.columns]]
 
