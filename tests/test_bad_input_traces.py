@@ -176,3 +176,15 @@ def test_a_jsonl_number_written_as_text_is_a_bad_row(tmp_path, capsys, row, reas
     refused(["trace", "stats", trace], f"{trace}: line 2: {reason}")
     code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
     assert code == 0 and json.loads(out)["trace_rows"]["skipped_malformed"] == 1
+
+
+def test_a_jsonl_key_given_twice_is_a_bad_row(tmp_path, capsys):
+    """json keeps a key's last value silently: ``prompt_tokens`` twice read as 99 without a word."""
+    good = '{"arrival_s": 0, "model": "m", "prompt_tokens": 10, "output_tokens": 5, "slo_class": "a\\": b"}\n'
+    twice = '{"arrival_s": 1, "model": "m", "prompt_tokens": 10, "prompt_tokens": 99, "output_tokens": 5, "slo_class": "x"}\n'
+    trace = write(tmp_path / "t.jsonl", good + twice)
+    refused(["trace", "stats", trace], f"{trace}: line 2: key 'prompt_tokens' given twice; keep one")
+    write(trace, good + twice + "not json\n")  # the line-by-line parse finds it too
+    refused(["trace", "stats", trace], f"{trace}: line 2: key 'prompt_tokens' given twice")
+    code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
+    assert code == 0 and json.loads(out)["requests"] == 1  # the first line, its text holding '":', is kept

@@ -264,6 +264,8 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
             failure = None
             if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
                 records, numbers, failure = _jsonl_lines(block, numbers, report)
+            if joined.count(b'":') > sum(map(len, records)):  # a key given twice, or '":' inside a text
+                records, numbers = _drop_keys_twice(block, records, numbers, report)
             if b"\\ud" in joined or b"\\uD" in joined:
                 records, numbers = _drop_surrogates(records, numbers, report)
             if records:
@@ -289,13 +291,52 @@ def _drop_surrogates(records: list[dict], numbers: np.ndarray, report: RowReport
     return [record for record, ok in zip(records, keep) if ok], numbers[keep]
 
 
+def _key_twice(raw: bytes) -> str | None:
+    """The first key an object of this JSON line gives twice (json keeps the last silently), or None."""
+    twice: list[str] = []
+
+    def pairs_to_dict(pairs: list) -> dict:
+        record = dict(pairs)
+        if len(record) != len(pairs) and not twice:
+            seen: set = set()
+            for key, _ in pairs:
+                if key in seen:
+                    twice.append(key)
+                    break
+                seen.add(key)
+        return record
+
+    json.loads(raw, object_pairs_hook=pairs_to_dict)
+    return twice[0] if twice else None
+
+
+def _twice_problem(raw: bytes, record: dict) -> str | None:
+    """Why a parsed line is bad for naming a key twice; counting ``":`` first keeps the usual line from a second parse."""
+    if raw.count(b'":') <= len(record):
+        return None
+    name = _key_twice(raw)
+    return None if name is None else f"key {cut(name)!r} given twice; keep one"
+
+
+def _drop_keys_twice(block: list[bytes], records: list[dict], numbers: np.ndarray,
+                     report: RowReport) -> tuple[list[dict], np.ndarray]:
+    """The records of a block parsed whole, less those whose line names a key twice (counted or an error)."""
+    keep = np.ones(len(records), dtype=bool)
+    for index, (raw, record) in enumerate(zip(block, records)):
+        problem = _twice_problem(raw, record)
+        if problem is not None:
+            keep[index] = False
+            report.reject(int(numbers[index]), problem)
+    return [record for record, ok in zip(records, keep) if ok], numbers[keep]
+
+
 def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport):
     """Parse line by line; bad lines are counted (skip_bad) or end the block, to be reported after it."""
     records, kept = [], []
     for raw, line in zip(block, numbers):
         try:
             record = json.loads(raw)
-            problem = None if isinstance(record, dict) else "expected one JSON object per line"
+            problem = _twice_problem(raw, record) if isinstance(record, dict) else "expected one JSON object per line"
         except RecursionError:
             problem = "not valid JSON (nested too deeply)"
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
