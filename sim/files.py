@@ -224,6 +224,13 @@ def _probe_writable(folder: Path, source: str) -> None:
         raise MmsimError(f"cannot write there ({error.strerror})", source=source) from None
 
 
+def written_through(path: Path) -> Path:
+    """Where writing ``path`` lands: the file a symbolic link names (replacing the link with a new file would
+    leave the file it named stale), else ``path`` itself."""
+    path = Path(path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def check_output_dir(path: Path) -> Path:
     """A folder that can be created (or exists) and written to, checked before any work starts."""
     path = Path(path)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 
 from sim.engine.recorder import DROP_REASONS, EVENT_COLUMNS, LOST_COLUMNS, Recorder
+from sim.files import written_through
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -251,8 +252,9 @@ def arrow_labels(codes: np.ndarray, labels: tuple[str, ...]) -> pa.Array:
 
 # -- the summary -----------------------------------------------------------------------------------------
 def atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    """Write through a temporary file in the same folder, then rename: never a half-written file."""
-    path = Path(path)
+    """Write through a temporary file in the same folder, then rename: never a half-written file (a link is
+    written through)."""
+    path = written_through(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)

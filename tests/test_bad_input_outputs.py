@@ -288,3 +288,16 @@ def test_sweep_with_an_unreachable_ray_address(tmp_path):
     refused(["sweep", sweep, "--ray-address", "127.0.0.1:1", "--out", tmp_path / "sw"], "127.0.0.1:1",
             out=tmp_path / "sw")
     assert time.monotonic() - started < 30
+
+
+def test_an_output_named_through_a_link_is_written_through_it(tmp_path):
+    """Writing a trace over a symbolic link replaced the link with a new file, leaving the file it named stale."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.csv").write_text("old\n")
+    (tmp_path / "link.csv").symlink_to("data/t.csv")
+    code, text = cli("trace", "generate", "--mix", "qwen3-8b=1", "--rate", "1", "--duration", "3",
+                     "--out", tmp_path / "link.csv", cwd=tmp_path)
+    assert code == 0, text
+    assert (tmp_path / "link.csv").is_symlink()
+    assert (tmp_path / "data" / "t.csv").read_text().startswith("arrival_s,model,prompt_tokens,output_tokens\n")
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["t.csv"]  # no temporary left beside it

@@ -24,7 +24,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from sim.errors import MmsimError
-from sim.files import disk_error
+from sim.files import disk_error, written_through
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import REQUIRED_COLUMNS, default_column, optional_columns
 from sim.workload.textfiles import file_kind
@@ -39,8 +39,8 @@ PARQUET_TYPES = {
 
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
-    """A temporary path in the target's folder that replaces ``target`` when the block succeeds."""
-    target = Path(target)
+    """A temporary path in the target's folder that replaces ``target`` (through a link) when the block succeeds."""
+    target = written_through(target)
     if not target.parent.is_dir():
         raise MmsimError("output folder does not exist", source=str(target.parent))
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
