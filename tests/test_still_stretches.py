@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from contextlib import ExitStack
 from unittest import mock
 
@@ -21,7 +22,8 @@ from sim.workload.chunk import RequestChunk
 
 from conftest import mmsim_in_process, wall_clock_limit
 
-AUTOSCALERS = ("none", "utilisation", "queue-depth", "kv-utilisation", "predictive")
+OWN_AUTOSCALER = Path(__file__).parent / "data" / "own_autoscaler.py"
+AUTOSCALERS = ("none", "utilisation", "queue-depth", "kv-utilisation", "predictive", f"{OWN_AUTOSCALER}:Halving")
 SAMPLE_KEYS = ["time_s", "gpu", "model", "nth"]  # nth: a GPU may hold two instances of a model
 
 
@@ -40,9 +42,10 @@ def test_a_trace_with_a_request_a_billion_seconds_later_ends_at_once(tmp_path, c
     scenario = tmp_path / "s.yaml"
     scenario.write_text("name: late\nprofile: a100-80gb\ncluster: {nodes: 1, gpus_per_node: 1}\n"
                         "models:\n  - {name: qwen3-8b}\nworkload:\n  trace: {path: t.csv}\n"
-                        f"autoscaler: {{name: {autoscaler}}}\n")
+                        f"autoscaler: {{name: '{autoscaler}'}}\n")
     with wall_clock_limit(30):
-        code, out, err = mmsim_in_process(capsys, "run", scenario, "--out", tmp_path / "run", "--json")
+        code, out, err = mmsim_in_process(capsys, "run", scenario, "--out", tmp_path / "run", "--json",
+                                          "--allow-policy-files")
     assert code == 0, err
     summary = json.loads(out)
     assert summary["requests_completed"] == 2 and summary["makespan_s"] > 1e9

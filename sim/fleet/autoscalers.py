@@ -69,12 +69,13 @@ class Autoscaler:
         """The replicas ``signals.model`` should have, and the signal behind the number (logged)."""
         return signals.replicas, "none"
 
-    def at_rest(self, model: str) -> bool:
+    def at_rest(self, model: str) -> bool | None:
         """Whether, asked about ``model`` again with the signals of its last answer (``now`` aside), it would
         answer the same. The controller then passes over the decisions of a still stretch (nothing about, for
-        the scenario's stabilisation and idle windows). True for a memoryless autoscaler; one with memory says
-        when that memory has settled (the default, False, keeps every decision)."""
-        return self.memoryless
+        the scenario's stabilisation and idle windows). True for a memoryless autoscaler. None (the default for
+        one's own) leaves it to the controller, which takes the same answer through those windows as rest; an
+        autoscaler whose answer changes with the clock alone (a schedule) returns False until its time."""
+        return True if self.memoryless else None
 
 
 def proportional(current: int, metric: float, target: float) -> int:

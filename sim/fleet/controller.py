@@ -60,6 +60,8 @@ class FleetController:
         self.tick: simpy.Event | None = None  # the pending decision
         self.rest_arrival_s = -1.0  # the arrival the pending decision was put off to, in a still stretch
         self.still_since_s = INF  # the first of the decisions in a row that were still
+        self.still_answers: list = []  # the autoscaler's answers since then (each the same)
+        self.answer: tuple[int, str] = (0, "")  # the autoscaler's last answer, before the scenario's bounds
         timeouts = [self.config.idle_timeout_s(name) or 0.0 for name in engine.model_names]
         self.rules_horizon_s = max([self.config.scale_down_window_s, self.config.node_idle_s] + timeouts) \
             + 2 * self.config.interval_s
@@ -107,11 +109,14 @@ class FleetController:
         """Bring each model to its replica count; whether the decision was still (see :meth:`_wait_s`)."""
         logged = len(self.engine.recorder.events)
         still = True
+        answers = []
         for model in range(len(self.engine.model_names)):
             signals = self.signals(model, now)
             wanted, reason = self._bounded(model, signals, now)
+            rest = self.autoscaler.at_rest(signals.model)
             still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
-                and self.autoscaler.at_rest(signals.model)
+                and rest is not False
+            answers.append((self.answer, rest))
             current = signals.replicas
             if wanted != current:
                 direction = "scale_up" if wanted > current else "scale_down"
@@ -123,12 +128,15 @@ class FleetController:
                     self._scale_down(model, current - wanted)
         self._unload_emptied()
         self._release_idle_nodes(now)
+        if answers != self.still_answers:  # an autoscaler that leaves it to us rests once it answers the same
+            self.still_answers = answers
+            self.still_since_s = INF
         return still and len(self.engine.recorder.events) == logged
 
     def _bounded(self, model: int, signals: ModelSignals, now: float) -> tuple[int, str]:
         """The autoscaler's count within the scenario's bounds, scale-to-zero and the stabilisation window."""
         config = self.config
-        wanted, reason = self.autoscaler.desired(signals)
+        wanted, reason = self.answer = self.autoscaler.desired(signals)
         timeout_s = config.idle_timeout_s(self.engine.model_names[model])
         if timeout_s is not None and now - self.active_since_s[model] >= timeout_s:
             self.wanted[model].clear()
