@@ -188,3 +188,9 @@ def test_a_jsonl_key_given_twice_is_a_bad_row(tmp_path, capsys):
     refused(["trace", "stats", trace], f"{trace}: line 2: key 'prompt_tokens' given twice")
     code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
     assert code == 0 and json.loads(out)["requests"] == 1  # the first line, its text holding '":', is kept
+    # A line that is no JSON, ahead of good ones and holding '":' itself: the keys of the lines parsed one by one
+    # were matched against the wrong lines' text (a JSONDecodeError traceback).
+    write(trace, 'not json "a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6\n' + good + good.replace('0,', '1,', 1))
+    code, out, err = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")
+    assert code == 0, err
+    assert json.loads(out)["trace_rows"]["skipped_malformed"] == 1 and json.loads(out)["requests"] == 2

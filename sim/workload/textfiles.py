@@ -263,8 +263,8 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
                 records = None
             failure = None
             if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
-                records, numbers, failure = _jsonl_lines(block, numbers, report)
-            if joined.count(b'":') > sum(map(len, records)):  # a key given twice, or '":' inside a text
+                records, numbers, failure = _jsonl_lines(block, numbers, report)  # checks each line's keys too
+            elif joined.count(b'":') > sum(map(len, records)):  # a key given twice, or '":' inside a text
                 records, numbers = _drop_keys_twice(block, records, numbers, report)
             if b"\\ud" in joined or b"\\uD" in joined:
                 records, numbers = _drop_surrogates(records, numbers, report)
