@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Callable, Generator
 
 import simpy
 
-from sim.fleet.autoscalers import Autoscaler, ModelSignals
 from sim.engine.stillness import INF, first_on_grid, next_change_s
+from sim.fleet.autoscalers import Autoscaler, ModelSignals
 from sim.fleet.coldstart import expected_start_s, instance_stages
 from sim.fleet.cost import physical_gpus_per_node
 
@@ -61,7 +61,6 @@ class FleetController:
         self.rest_arrival_s = -1.0  # the arrival the pending decision was put off to, in a still stretch
         self.still_since_s = INF  # the first of the decisions in a row that were still
         self.still_answers: list = []  # the autoscaler's answers since then (each the same)
-        self.answer: tuple[int, str] = (0, "")  # the autoscaler's last answer, before the scenario's bounds
         timeouts = [self.config.idle_timeout_s(name) or 0.0 for name in engine.model_names]
         self.rules_horizon_s = max([self.config.scale_down_window_s, self.config.node_idle_s] + timeouts) \
             + 2 * self.config.interval_s
@@ -112,11 +111,12 @@ class FleetController:
         answers = []
         for model in range(len(self.engine.model_names)):
             signals = self.signals(model, now)
-            wanted, reason = self._bounded(model, signals, now)
+            answer = self.autoscaler.desired(signals)
+            wanted, reason = self._bounded(model, signals, now, answer)
             rest = self.autoscaler.at_rest(signals.model)
             still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
                 and rest is not False
-            answers.append((self.answer, rest))
+            answers.append((answer, rest))
             current = signals.replicas
             if wanted != current:
                 direction = "scale_up" if wanted > current else "scale_down"
@@ -133,10 +133,10 @@ class FleetController:
             self.still_since_s = INF
         return still and len(self.engine.recorder.events) == logged
 
-    def _bounded(self, model: int, signals: ModelSignals, now: float) -> tuple[int, str]:
-        """The autoscaler's count within the scenario's bounds, scale-to-zero and the stabilisation window."""
+    def _bounded(self, model: int, signals: ModelSignals, now: float, answer: tuple[int, str]) -> tuple[int, str]:
+        """The autoscaler's ``answer`` within the scenario's bounds, scale-to-zero and the stabilisation window."""
         config = self.config
-        wanted, reason = self.answer = self.autoscaler.desired(signals)
+        wanted, reason = answer
         timeout_s = config.idle_timeout_s(self.engine.model_names[model])
         if timeout_s is not None and now - self.active_since_s[model] >= timeout_s:
             self.wanted[model].clear()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sim.progress_bar import progress_bar
-
 from sim.errors import MmsimError
 from sim.files import check_page_target
+from sim.progress_bar import progress_bar
 from sim.reports.data import RunData
 from sim.reports.html import build_report
 from sim.reports.metrics import DROP_THRESHOLD

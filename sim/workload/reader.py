@@ -62,9 +62,6 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
     spec = get_format(fmt)
     path = check_regular_file(Path(path), "trace file")
     report = report if report is not None else RowReport(str(path))
-    # Strict, every stage still notes its bad rows and the chunk's earliest is the error: a value check in the
-    # reader must not hide an earlier row out of time order, found by a later stage.
-    report.skip_bad = True
     origin_s = None if spec.rebase else 0.0
     latest_s = -np.inf
     start_s = options.start_s or 0.0
@@ -89,6 +86,8 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
                                                                             f"s (after the time scale) is past {MAX_TIME_S:g} s")]))
             chunk = _map_models(chunk, spec.model_column, options, report)
         if not options.skip_bad:
+            # Strict, the chunk's earliest bad row is the error, whichever stage noted it: a value check in the
+            # reader must not hide an earlier row out of time order, found by a later stage.
             report.raise_first_bad()
         chunk.extra = {}
         chunk.first_id = emitted

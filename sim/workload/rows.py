@@ -1,7 +1,7 @@
 """What every trace reader shares: import options, the row report, and vectorised column checks.
 
-A malformed row is an error naming the file and line, unless ``skip_bad`` is set:
-then it is dropped and counted in the :class:`RowReport`, which the CLI prints.
+A malformed row is dropped and noted in the :class:`RowReport`: with ``skip_bad`` counted (the CLI prints the
+count), else the earliest one noted is the error, naming the file and line.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ class RowReport:
     """Counts what happened to the rows of one source file while it was read."""
 
     source: str
-    skip_bad: bool = False
     unit: str = "line"
     rows_read: int = 0
     rows_out: int = 0
@@ -67,17 +66,15 @@ class RowReport:
         return f"{self.unit} {number}"
 
     def reject(self, number: int, reason: str) -> None:
-        """One malformed row: an error naming file and line, or (``skip_bad``) counted."""
-        if not self.skip_bad:
-            raise MmsimError(reason, source=self.source, field=self.where(number))
+        """One malformed row, noted and counted."""
         self.bad_rows += 1
         self._note_first(number, reason)
 
     def check(self, numbers: np.ndarray, checks: Sequence[tuple[np.ndarray, Callable[[int], str]]]) -> np.ndarray:
         """Apply vectorised row checks; returns the mask of rows to keep.
 
-        Each check is (bad-row mask, reason for row i). In strict mode the earliest
-        bad row in the file is reported, with the reason of the first check it fails.
+        Each check is (bad-row mask, reason for row i); the earliest bad row is noted with the reason of the
+        first check it fails.
         """
         bad = np.zeros(len(numbers), dtype=bool)
         for mask, _ in checks:
@@ -86,8 +83,6 @@ class RowReport:
             return ~bad
         first = int(np.flatnonzero(bad)[0])
         reason = next(describe(first) for mask, describe in checks if mask[first])
-        if not self.skip_bad:
-            raise MmsimError(reason, source=self.source, field=self.where(int(numbers[first])))
         self.bad_rows += int(bad.sum())
         self._note_first(int(numbers[first]), reason)
         return ~bad

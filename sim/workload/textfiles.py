@@ -195,7 +195,6 @@ def csv_text_blocks(path: Path, rows: int, report: RowReport, *,
                 block = [text if not bad else b"\n" for text, bad in zip(block, undecodable)]
             data, numbers, suspect = _screen(block, line, len(names))
             line += len(block)
-            failure = None
             if suspect.any():
                 keep = np.ones(len(block), dtype=bool)
                 for index in np.flatnonzero(suspect):
@@ -203,11 +202,6 @@ def csv_text_blocks(path: Path, rows: int, report: RowReport, *,
                     if problem is None:
                         continue
                     keep[index] = False
-                    if problem and not report.skip_bad:
-                        # Yield the rows before it first, so that an earlier bad value is reported first.
-                        failure = (int(numbers[index]), problem)
-                        keep[index:] = False
-                        break
                     if problem:
                         report.rows_read += 1
                         report.reject(int(numbers[index]), problem)
@@ -216,9 +210,6 @@ def csv_text_blocks(path: Path, rows: int, report: RowReport, *,
             if len(numbers):
                 report.rows_read += len(numbers)
                 yield names, data, numbers
-            if failure is not None:
-                report.rows_read += 1
-                report.reject(*failure)
 
 
 def _csv_problem(raw: bytes, names: list[str], path: Path, line: int) -> str | None:
@@ -261,17 +252,14 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
                 records = json.loads(b"[" + joined + b"]")
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                 records = None
-            failure = None
             if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
-                records, numbers, failure = _jsonl_lines(block, numbers, report)  # checks each line's keys too
+                records, numbers = _jsonl_lines(block, numbers, report)  # checks each line's keys too
             elif joined.count(b'":') > sum(map(len, records)):  # a key given twice, or '":' inside a text
                 records, numbers = _drop_keys_twice(block, records, numbers, report)
             if b"\\ud" in joined or b"\\uD" in joined:
                 records, numbers = _drop_surrogates(records, numbers, report)
             if records:
                 yield records, numbers
-            if failure is not None:
-                report.reject(*failure)
     if empty:
         raise MmsimError("empty file (expected one JSON object per line)", source=str(path))
 
@@ -330,8 +318,8 @@ def _drop_keys_twice(block: list[bytes], records: list[dict], numbers: np.ndarra
     return [record for record, ok in zip(records, keep) if ok], numbers[keep]
 
 
-def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport):
-    """Parse line by line; bad lines are counted (skip_bad) or end the block, to be reported after it."""
+def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport) -> tuple[list[dict], np.ndarray]:
+    """Parse line by line; bad lines go to ``report``."""
     records, kept = [], []
     for raw, line in zip(block, numbers):
         try:
@@ -344,8 +332,6 @@ def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport):
         if problem is None:
             records.append(record)
             kept.append(line)
-        elif report.skip_bad:
-            report.reject(int(line), problem)
         else:
-            return records, np.asarray(kept, dtype=np.int64), (int(line), problem)
-    return records, np.asarray(kept, dtype=np.int64), None
+            report.reject(int(line), problem)
+    return records, np.asarray(kept, dtype=np.int64)
