@@ -12,6 +12,7 @@ in turn (:mod:`sim.engine.timeshare`), cut short the same way.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import simpy
@@ -48,6 +49,7 @@ class Gpu(AgendaEntry):
         self.idle = True  # nothing to run: the next kick starts a step
         self._done: simpy.Event | None = None  # what a SimPy process waits on for the running step's end
         self._turn = 0
+        self._synced_s = math.nan  # the last instant synced at: a second sync then finds nothing more done
         self.blocked: set[Instance] = set()
         self._engine: Engine | None = None
         self.releases = 0  # orders the releases of cached prefix blocks on this GPU, for eviction
@@ -118,6 +120,11 @@ class Gpu(AgendaEntry):
         self._sync_to(self.env._now)  # SimPy's clock itself: its ``now`` property is a Python call
 
     def _sync_to(self, now: float) -> None:
+        # Policies sync every GPU for each model they weigh: many times at one instant. After the first, whatever
+        # runs there has done nothing more (a step or run started since starts now).
+        if now == self._synced_s:
+            return
+        self._synced_s = now
         run = self.run
         if run is not None:
             self._advance_run(run, run.done_by(now - run.start_s))

@@ -304,7 +304,9 @@ def holds_still(engine: Engine, instance: Instance) -> bool:
     (which stay) and the prefix cache's hits (which evictions only take away). Asked of every active instance
     at the run's start, with the numbers of now, whatever its last boundary saw. A policy that reorders the
     waiting queue may put another request at its head at any boundary: if it sorts by key, none of them may
-    be able to start; if not, the queue must be empty."""
+    be able to start; if not, the queue must be empty. One whose order never changes with the clock (fixed key)
+    is sorted now, which is the order its sort at any boundary makes of these requests: then, as under FCFS, only
+    the head must be unable to start (an arrival that could start cuts the run)."""
     if instance.prefilling:
         return False
     config = engine.config
@@ -314,7 +316,9 @@ def holds_still(engine: Engine, instance: Instance) -> bool:
         return blocks_for(instance.swapped[0].context_tokens + 1, config.block_size) > instance.spare_blocks()
     if not instance.waiting:
         return True
-    if engine.reorders_waiting:  # the head now may not be the head the next sort makes: ask of them all
+    if not engine.waiting_head_holds:  # the head now may not be the head the next sort makes: ask of them all
         return engine.sorts_waiting_by_key and not batching.any_waiting_starts(engine, instance, budget_whole=False)
+    if engine.reorders_waiting:  # requests that arrived since its last admission are not in their places yet
+        engine.view.order_waiting(instance)
     return not batching.head_starts(engine, instance, instance.waiting[0])
 
