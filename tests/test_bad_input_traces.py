@@ -184,6 +184,9 @@ def test_a_jsonl_key_given_twice_is_a_bad_row(tmp_path, capsys):
     twice = '{"arrival_s": 1, "model": "m", "prompt_tokens": 10, "prompt_tokens": 99, "output_tokens": 5, "slo_class": "x"}\n'
     trace = write(tmp_path / "t.jsonl", good + twice)
     refused(["trace", "stats", trace], f"{trace}: line 2: key 'prompt_tokens' given twice; keep one")
+    for spaced in ('"prompt_tokens" : 10, "prompt_tokens" : 99', '"prompt_tokens"\t:10, "prompt_tokens":99'):
+        write(trace, good + twice.replace('"prompt_tokens": 10, "prompt_tokens": 99', spaced))  # was missed: kept 99
+        refused(["trace", "stats", trace], f"{trace}: line 2: key 'prompt_tokens' given twice; keep one")
     write(trace, good + twice + "not json\n")  # the line-by-line parse finds it too
     refused(["trace", "stats", trace], f"{trace}: line 2: key 'prompt_tokens' given twice")
     code, out, _ = mmsim_in_process(capsys, "trace", "stats", trace, "--skip-bad", "--json")

@@ -15,6 +15,7 @@ import csv
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterator
 from itertools import islice
@@ -254,7 +255,7 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
                 records = None
             if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
                 records, numbers = _jsonl_lines(block, numbers, report)  # checks each line's keys too
-            elif joined.count(b'":') > sum(map(len, records)):  # a key given twice, or '":' inside a text
+            elif _key_colons(joined) > sum(map(len, records)):
                 records, numbers = _drop_keys_twice(block, records, numbers, report)
             if b"\\ud" in joined or b"\\uD" in joined:
                 records, numbers = _drop_surrogates(records, numbers, report)
@@ -298,9 +299,23 @@ def _key_twice(raw: bytes) -> str | None:
     return twice[0] if twice else None
 
 
+_KEY_COLON = re.compile(rb'"[ \t\r]*:')
+"""A key's closing quote and its colon, however spaced (the whitespace JSON allows within a line)."""
+
+
+def _key_colons(text: bytes) -> int:
+    """How many quote-and-colon pairs ``text`` holds: at least one per key of its objects, so text holding no more
+    than its objects have keys names none twice (more: a key given twice, or such a pair inside a text). Written
+    compactly or as ``json.dumps`` writes, counted by a plain count."""
+    if b'" ' in text or b'"\t' in text or b'"\r' in text:
+        return len(_KEY_COLON.findall(text))
+    return text.count(b'":')
+
+
 def _twice_problem(raw: bytes, record: dict) -> str | None:
-    """Why a parsed line is bad for naming a key twice; counting ``":`` first keeps the usual line from a second parse."""
-    if raw.count(b'":') <= len(record):
+    """Why a parsed line is bad for naming a key twice; counting its keys' colons first keeps the usual line from a
+    second parse."""
+    if _key_colons(raw) <= len(record):
         return None
     name = _key_twice(raw)
     return None if name is None else f"key {cut(name)!r} given twice; keep one"
