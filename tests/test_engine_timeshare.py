@@ -17,6 +17,7 @@ from sim.engine import build, timeshare
 from sim.engine.gpu import Gpu
 from sim.engine.memory import reserve_bytes
 from sim.policies import Policy
+from sim.policies.base import QueueOrder, sort_queue
 from sim.profile import load_profile
 from sim.scenario import parse_scenario, read_yaml
 from sim.simulation import simulate
@@ -148,13 +149,13 @@ def counts(monkeypatch):
     return Counts(monkeypatch)
 
 
-def co_resident_scenario(models=(SMALL, LARGE), preemption_mode="recompute", **params):
+def co_resident_scenario(models=(SMALL, LARGE), preemption_mode="recompute", policy="co-resident", **params):
     entries = [{"name": m} if m in BASE_S else {"name": SMALL, "alias": m} for m in models]
     return parse_scenario(scenario_dict(
         models=entries, cluster={"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 48, "host_memory_gb": 64},
         engine={"max_num_seqs": MAX_SEQS, "max_num_batched_tokens": BUDGET, "block_size": 16,
                 "prefix_caching": False, "preemption_mode": preemption_mode},
-        policy={"name": "co-resident", "params": params}, sample_interval_s=0.05), "test")
+        policy={"name": policy, "params": params}, sample_interval_s=0.05), "test")
 
 
 def chunk(rows) -> list[RequestChunk]:
@@ -369,3 +370,41 @@ def test_kv_freed_by_an_unload_reaches_the_instance_running_next(hand_costs, co_
     assert frame.loc[1, "status"] == "dropped"  # B's model is not loaded again
     unload = exact.events.loc[exact.events["kind"] == "unload", "time_s"].iloc[0]
     assert unload > at and frame.loc[2, "first_scheduled_s"] < frame.loc[0, "finish_s"]
+
+
+class ShortestPromptFirst(CoResident):
+    """CoResident whose waiting queues are sorted by prompt length (then id): an order that never changes with the
+    clock, declared so (``fixed-key``), as swap-aware's is."""
+
+    name = "co-resident-shortest"
+    waiting_order = "fixed-key"
+
+    def order_waiting(self, instance, view) -> None:
+        sort_queue(instance.waiting, ShorterPrompt())
+
+
+class ShorterPrompt(QueueOrder):
+    def before(self, a, b) -> bool:
+        return (a.prompt_tokens, a.id) < (b.prompt_tokens, b.id)
+
+
+def test_a_fixed_key_queue_is_asked_in_its_sorted_order_when_a_run_starts(hand_costs, co_resident, counts,
+                                                                          monkeypatch):
+    # B's second request (2,000 tokens) never finds KV room, so runs go on past B's boundaries. A short request for
+    # B arrives during B's first decode of the run from 101.0: it sorts ahead and fits, so it cuts the run. A's
+    # turn comes next, and the run A's step could start must not pass B's next boundary, where B's sort puts the
+    # short request at the head and starts it. Asked in arrival order (the long request at the head, the short one
+    # behind it), B's queue looked stuck: the run passed B's turns and the short request waited for A's finish.
+    import sim.policies.registry as registry
+
+    monkeypatch.setitem(registry._REGISTRY, ShortestPromptFirst.name, ShortestPromptFirst)
+    kv_room(monkeypatch, (SMALL, LARGE), {SMALL: 7, LARGE: 13}, 30 * block_bytes(LARGE))
+    arrives = 101.0 + a(101) + b(201) / 2
+    rows = [(100.0, SMALL, 100, 30), (100.2, LARGE, 200, 40), (100.3, LARGE, 2000, 5), (arrives, LARGE, 50, 5)]
+    fast, exact = both_modes(co_resident_scenario(policy=ShortestPromptFirst.name), rows, counts)
+    starts = 101.0 + a(101) + b(201) + a(102)
+    for result in (fast, exact):
+        frame = result.requests.set_index("id")
+        assert frame.loc[3, "first_scheduled_s"] == pytest.approx(starts, rel=1e-12, abs=0)
+        assert frame.loc[2, "status"] == "dropped"  # never fits
+    assert fast.counts[1][:1] == [2] and fast.counts[2] >= 1  # a run went past B's stuck head, and was cut
