@@ -68,6 +68,20 @@ POLICIES = textwrap.dedent('''
                 instance.waiting.pop()
 
 
+    class LeadsWithARunner(StaticPolicy):
+        """Sorts by key, and names a running request among those its sort may put first."""
+        name = "leads-with-a-runner"
+        waiting_order = "by-key"
+
+        def order_waiting(self, instance, view):
+            ordered = sorted(instance.waiting, key=lambda r: r.id)
+            instance.waiting.clear()
+            instance.waiting.extend(ordered)
+
+        def waiting_leaders(self, instance, view):
+            return [*instance.running, *instance.waiting]
+
+
     class RaisesOnArrival(StaticPolicy):
         name = "raises"
 
@@ -136,6 +150,19 @@ def test_order_waiting_may_only_reorder(policies, name, label, expected):
     message = str(stopped.value)
     assert message.startswith(f"policy '{label}' ({name}) broke the policy contract at t="), message
     assert expected in message, message
+
+
+def test_waiting_leaders_may_name_only_waiting_requests(policies):
+    # KV room for about two of the ten 3,000-token prompts: the rest wait beside a batch that is not full, where
+    # fast-forward asks the policy which of them its sort may put first.
+    crowded = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}], engine={"max_num_seqs": 8}, cluster={
+        "nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 10, "host_memory_gb": 64}), "test")
+    prompts = [RequestChunk(np.ones(10), np.array(["qwen2.5-3b"] * 10, object), np.full(10, 3000), np.full(10, 50))]
+    with pytest.raises(PolicyContractError) as stopped:
+        simulate(crowded, policy=f"{policies}:LeadsWithARunner", chunks=prompts)
+    message = str(stopped.value)
+    assert message.startswith("policy 'leads-with-a-runner' (LeadsWithARunner) broke the policy contract at t=")
+    assert "its waiting_leaders on qwen2.5-3b (GPU 0) named" in message and "not in its waiting queue" in message
 
 
 def test_a_request_lost_outside_order_waiting_is_caught_by_the_final_count(policies):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
+from types import SimpleNamespace
 
 import pytest
 
+from sim.engine import build
 from sim.engine.request import Request
 from sim.policies.base import sort_queue
-from sim.policies.slo_aware import EarliestSavableDeadlineFirst, deadline_s
+from sim.policies.slo_aware import EarliestSavableDeadlineFirst, SloAwarePolicy, deadline_s
 from sim.policies.swap_aware import AgedShortestFirst
 from sim.scenario import Slo
 
@@ -45,6 +48,27 @@ def test_earliest_savable_deadline_first_matches_its_sort_key(seed: int) -> None
     expected = sorted(queue, key=lambda r: (deadline_s(r, slo) < now, deadline_s(r, slo), r.id))
     sort_queue(queue, EarliestSavableDeadlineFirst(now, slo))
     assert list(queue) == expected
+
+
+@pytest.mark.skipif(build() == "compiled", reason="hands the compiled policy stand-ins for an instance and a view")
+@pytest.mark.parametrize("seed", range(40))
+def test_slo_aware_names_every_request_its_sort_may_put_first_from_now_on(seed: int) -> None:
+    """Fast-forward asks only ``waiting_leaders`` whether one could start: each request the sort puts at the head at
+    any later time (at each deadline, just after it, and long after all) must be among them."""
+    rng = random.Random(seed)
+    queue = random_queue(rng, rng.randint(1, 40))
+    slo = Slo(ttft_s=rng.choice([None, 1.0, 3]), tpot_s=rng.choice([None, 0.5, 2.0]))
+    now = float(rng.randint(0, 9))
+    leaders = SloAwarePolicy().waiting_leaders(SimpleNamespace(model=0, waiting=queue),
+                                               SimpleNamespace(now=now, slo=lambda model: slo))
+    assert {id(r) for r in leaders} <= {id(r) for r in queue} and len({id(r) for r in leaders}) == len(leaders)
+    deadlines = sorted({deadline_s(r, slo) for r in queue} - {math.inf})
+    times = [now] + [t + d for t in deadlines if t >= now for d in (0.0, 1e-9, 0.5)] + [now + 1e6]
+    for t in times:
+        head = min(queue, key=lambda r: (deadline_s(r, slo) < t, deadline_s(r, slo), r.id))
+        assert any(r is head for r in leaders), (t, head)
+    late = [r for r in queue if deadline_s(r, slo) < now]
+    assert len(leaders) == len(queue) - len(late) + (1 if late else 0)  # of those late, only the earliest
 
 
 def test_sort_queue_keeps_equal_requests_in_their_order() -> None:

@@ -8,10 +8,12 @@ change (its config, policy, admission counter and prefix-cache counters).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sim.engine.kv import blocks_for
 from sim.engine.request import Request
+from sim.policies.contract import checked_waiting_leaders
 
 if TYPE_CHECKING:  # the engine imports this module
     from sim.engine.engine import Engine
@@ -124,11 +126,15 @@ def head_starts(engine: Engine, instance: Instance, request: Request) -> bool:
 
 
 def any_waiting_starts(engine: Engine, instance: Instance, budget_whole: bool) -> bool:
-    """Whether any of ``instance``'s waiting requests would start at a boundary if it stood at the head of the
-    queue, where a policy that sorts by key may put any of them: :func:`head_starts` for each, or, with
+    """Whether any of ``instance``'s waiting requests that a policy sorting by key may put at the head of the queue
+    (its ``waiting_leaders``) would start at a boundary if it stood there: :func:`head_starts` for each, or, with
     ``budget_whole`` (after a prefill iteration, whose chunks leave the token budget whole again), by KV room
     alone."""
-    for request in instance.waiting:
+    if engine.checks_policy:
+        leaders: Iterable[Request] = checked_waiting_leaders(engine, instance)
+    else:
+        leaders = engine.policy.waiting_leaders(instance, engine.view)
+    for request in leaders:
         if budget_whole:
             if start_need(engine, instance, request)[0] <= instance.spare_blocks():
                 return True

@@ -20,6 +20,7 @@ except ImportError:  # a pure-Python install need not have mypy: the decorator o
 
 if TYPE_CHECKING:
     from collections import deque
+    from collections.abc import Iterable
 
     from sim.engine.instance import Instance
     from sim.engine.request import Request
@@ -159,6 +160,13 @@ class Policy:
     # -- batching and preemption ------------------------------------------------------------------
     def order_waiting(self, instance: Instance, view: ClusterView) -> None:
         """Reorder ``instance.waiting`` in place before admission (default: FCFS, as vLLM)."""
+
+    def waiting_leaders(self, instance: Instance, view: ClusterView) -> Iterable[Request]:
+        """For an order declared ``by-key``: the waiting requests of ``instance`` that ``order_waiting`` may put at
+        the head of the queue at any boundary from now on, while none of them starts and nothing joins (default:
+        all of them). Fast-forward runs past the boundaries at which none of these could start, so leaving out
+        one that may lead makes it disagree with per-iteration mode."""
+        return instance.waiting
 
     def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         """The request to preempt when KV blocks run out, and how (``recompute`` or ``swap``).

@@ -18,6 +18,7 @@ from sim.errors import MmsimError
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
     from sim.engine.instance import Instance
+    from sim.engine.request import Request
 
 
 class PolicyContractError(MmsimError):
@@ -49,6 +50,18 @@ def checked_order_waiting(engine: Engine, instance: Instance) -> None:
     raise PolicyContractError(f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its "
                               f"order_waiting on {instance.name} (GPU {instance.gpu.index}) {problem}; order_waiting may only reorder the queue "
                               "(requests move between queues only through the view's actions)")
+
+
+def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]:
+    """The policy's ``waiting_leaders``, and a stop to the run if one of them is not waiting on ``instance``."""
+    leaders = list(engine.policy.waiting_leaders(instance, engine.view))
+    for request in leaders:
+        if request.state != "waiting" or request.instance is not instance:
+            raise PolicyContractError(
+                f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its waiting_leaders on "
+                f"{instance.name} (GPU {instance.gpu.index}) named {request!r}, which is not in its waiting queue "
+                "(it may name only requests of instance.waiting)")
+    return leaders
 
 
 def _difference(count_before: int, waiting) -> str:

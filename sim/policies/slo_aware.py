@@ -82,6 +82,24 @@ class SloAwarePolicy(SwapAwarePolicy):
 
     waiting_order = "by-key"  # EarliestSavableDeadlineFirst: (late, deadline, id); late changes with the clock
 
+    def waiting_leaders(self, instance: Instance, view: ClusterView) -> list[Request]:
+        """A waiting request's deadline stays put (it generates nothing), so from now on the head is the earliest
+        not yet late or, once all are, the earliest of all: a request already late leads only if it is that one."""
+        slo = view.slo(instance.model)
+        ttft_s, tpot_s, now = slo.ttft_s or 0.0, slo.tpot_s or 0.0, view.now
+        leaders: list[Request] = []
+        earliest: Request | None = None
+        earliest_due = INF
+        for request in instance.waiting:
+            due = due_s(request, ttft_s, tpot_s)
+            if due >= now:
+                leaders.append(request)
+            if earliest is None or due < earliest_due or (due == earliest_due and request.id < earliest.id):
+                earliest, earliest_due = request, due
+        if earliest is not None and earliest_due < now:
+            leaders.append(earliest)
+        return leaders
+
     def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         if not instance.running:  # only prefills hold blocks (a later chunk found none): the latest, recomputed
             return youngest_victim(instance, view)
