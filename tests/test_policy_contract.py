@@ -82,6 +82,20 @@ POLICIES = textwrap.dedent('''
             return [*instance.running, *instance.waiting]
 
 
+    class LeadsWithNothing(LeadsWithARunner):
+        name = "leads-with-nothing"
+
+        def waiting_leaders(self, instance, view):
+            return None
+
+
+    class LeadsWithIds(LeadsWithARunner):
+        name = "leads-with-ids"
+
+        def waiting_leaders(self, instance, view):
+            return [request.id for request in instance.waiting]
+
+
     class RaisesOnArrival(StaticPolicy):
         name = "raises"
 
@@ -152,17 +166,23 @@ def test_order_waiting_may_only_reorder(policies, name, label, expected):
     assert expected in message, message
 
 
-def test_waiting_leaders_may_name_only_waiting_requests(policies):
+@pytest.mark.parametrize("name, label, expected", [
+    ("LeadsWithARunner", "leads-with-a-runner", "named Request("),
+    ("LeadsWithNothing", "leads-with-nothing", "gave None, where it should give requests"),
+    ("LeadsWithIds", "leads-with-ids", "gave [3, 4, 5, 6, 7, 8, 9], where it should give requests"),
+])
+def test_waiting_leaders_may_name_only_waiting_requests(policies, name, label, expected):
     # KV room for about two of the ten 3,000-token prompts: the rest wait beside a batch that is not full, where
     # fast-forward asks the policy which of them its sort may put first.
     crowded = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}], engine={"max_num_seqs": 8}, cluster={
         "nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 10, "host_memory_gb": 64}), "test")
     prompts = [RequestChunk(np.ones(10), np.array(["qwen2.5-3b"] * 10, object), np.full(10, 3000), np.full(10, 50))]
     with pytest.raises(PolicyContractError) as stopped:
-        simulate(crowded, policy=f"{policies}:LeadsWithARunner", chunks=prompts)
+        simulate(crowded, policy=f"{policies}:{name}", chunks=prompts)
     message = str(stopped.value)
-    assert message.startswith("policy 'leads-with-a-runner' (LeadsWithARunner) broke the policy contract at t=")
-    assert "its waiting_leaders on qwen2.5-3b (GPU 0) named" in message and "not in its waiting queue" in message
+    assert message.startswith(f"policy '{label}' ({name}) broke the policy contract at t="), message
+    assert f"its waiting_leaders on qwen2.5-3b (GPU 0) {expected}" in message, message
+    assert message.endswith("(it may name only requests of instance.waiting)")
 
 
 def test_a_request_lost_outside_order_waiting_is_caught_by_the_final_count(policies):

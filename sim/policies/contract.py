@@ -13,12 +13,13 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING
 
+from sim.engine.request import Request
 from sim.errors import MmsimError
+from sim.files import cut
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
     from sim.engine.instance import Instance
-    from sim.engine.request import Request
 
 
 class PolicyContractError(MmsimError):
@@ -53,14 +54,22 @@ def checked_order_waiting(engine: Engine, instance: Instance) -> None:
 
 
 def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]:
-    """The policy's ``waiting_leaders``, and a stop to the run if one of them is not waiting on ``instance``."""
-    leaders = list(engine.policy.waiting_leaders(instance, engine.view))
+    """The policy's ``waiting_leaders``, and a stop to the run unless it named requests waiting on ``instance``."""
+    answer = engine.policy.waiting_leaders(instance, engine.view)
+    try:
+        leaders = list(answer)
+    except TypeError:
+        leaders = [answer]  # not a collection: named as the one wrong thing below
     for request in leaders:
-        if request.state != "waiting" or request.instance is not instance:
-            raise PolicyContractError(
-                f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its waiting_leaders on "
-                f"{instance.name} (GPU {instance.gpu.index}) named {request!r}, which is not in its waiting queue "
-                "(it may name only requests of instance.waiting)")
+        if not isinstance(request, Request):
+            problem = f"gave {cut(repr(answer))}, where it should give requests"
+        elif request.state != "waiting" or request.instance is not instance:
+            problem = f"named {request!r}, which is not in its waiting queue"
+        else:
+            continue
+        raise PolicyContractError(
+            f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its waiting_leaders on "
+            f"{instance.name} (GPU {instance.gpu.index}) {problem} (it may name only requests of instance.waiting)")
     return leaders
 
 
