@@ -97,6 +97,21 @@ def test_capacity_cli_answers_are_the_edge_of_the_target_when_simulated_directly
     assert attainment(scenario_path, 2.0, seeds, [1, fewer] if fewer <= 2 else [fewer // 2, 2]) < target
 
 
+@pytest.mark.parametrize(("target", "low", "high", "shown", "hint"), [
+    (0.999, 3.0, 4.0, "< 3", "< 3: even the lowest load searched misses the target (--low searches lower)"),
+    (0.01, 0.5, 1.0, ">= 1", ">= 1: even the highest load searched meets the target (--high searches higher)"),
+])
+def test_capacity_table_says_when_the_search_range_holds_no_edge(scenario_path, target, low, high, shown, hint):
+    """An answer at the edge of the range searched printed '< 0.25' and '-', with no word on what to change."""
+    result = CliRunner().invoke(app, ["capacity", str(scenario_path), "--policies", "static", "--slo-target", str(target),
+                                      "--seeds", "1", "--low", str(low), "--high", str(high), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "static" in line)
+    assert shown in row and hint in result.output and "(1 seed)" in " ".join(result.output.split())
+    if shown.startswith("<"):  # the attainment the lowest load gave, simulated directly
+        assert f"{attainment(scenario_path, low, [1]):.3f} at {low:g}" in row, row
+
+
 def test_capacity_rejects_bad_queries(scenario_path):
     with pytest.raises(MmsimError, match="slo-target"):
         plan_capacity(scenario_path, CapacityQuery(["static"], 1.5, [1]))

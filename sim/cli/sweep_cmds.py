@@ -12,6 +12,7 @@ import typer
 from sim.cli import app
 from sim.cli.common import comma_list, console, print_json, table
 from sim.errors import MmsimError
+from sim.files import counted
 from sim.scenario import MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEED
 
 MAX_WORKERS = 1024
@@ -236,7 +237,11 @@ def _load_search(scenario: Path, names: list[str], slo_target: float, seed_value
     rows = []
     for a in answers:
         load = {"below-low": f"< {low:g}", "at-least": f">= {high:g}"}.get(a.max_load_bound, _fmt(a.max_load))
-        row = [a.policy, load, _fmt(a.attainment_at_max)]
+        attainment = _fmt(a.attainment_at_max)
+        if a.max_load_bound == "below-low":  # what the lowest load searched gave
+            at_low = [e["slo_attainment"] for e in a.evaluations if e["gpus"] is None and e["load"] == low]
+            attainment = f"{_fmt(at_low[0])} at {low:g}" if at_low else attainment
+        row = [a.policy, load, attainment]
         if gpus_for_load is not None:
             gpus = "-" if a.gpu_layout is None else f"{a.min_gpus} ({a.gpu_layout[0]}×{a.gpu_layout[1]})"
             row += [gpus if a.min_gpus is not None else f"> {max_gpus}", _fmt(a.attainment_at_min_gpus)]
@@ -244,7 +249,12 @@ def _load_search(scenario: Path, names: list[str], slo_target: float, seed_value
     columns = ["policy", "max load ×", "attainment there"]
     if gpus_for_load is not None:
         columns += [f"min GPUs @ load {gpus_for_load:g}", "attainment there"]
-    console.print(table(f"Capacity at SLO attainment >= {slo_target:g} ({len(query.seeds)} seed(s))", columns, rows))
+    console.print(table(f"Capacity at SLO attainment >= {slo_target:g} ({counted(len(query.seeds), 'seed')})", columns, rows))
+    bounds = {a.max_load_bound for a in answers}
+    if "below-low" in bounds:
+        console.print(f"< {low:g}: even the lowest load searched misses the target (--low searches lower)")
+    if "at-least" in bounds:
+        console.print(f">= {high:g}: even the highest load searched meets the target (--high searches higher)")
 
 
 def _cheapest_fleet(scenario: Path, names: list[str], slo_target: float, seed_values: list[int], load, max_mixes,
@@ -267,7 +277,7 @@ def _cheapest_fleet(scenario: Path, names: list[str], slo_target: float, seed_va
         rows.append([a.policy, ", ".join(f"{pool}={n}" for pool, n in a.nodes.items()), str(a.gpus),
                      _fmt(a.hourly_usd, ".2f"), _fmt(f["cost_usd"], ".4f"), _fmt(f["cost_per_1k_requests_usd"], ".4f"),
                      _fmt(f["slo_attainment"]), tried])
-    console.print(table(f"Cheapest fleet at SLO attainment >= {slo_target:g} ({len(seed_values)} seed(s), "
+    console.print(table(f"Cheapest fleet at SLO attainment >= {slo_target:g} ({counted(len(seed_values), 'seed')}, "
                         f"load {query.load:g}×)", ["policy", "nodes per pool", "GPUs", "$ / hour", "run cost $",
                                                    "$ / 1k req", "attainment", "mixes run"], rows))
 
@@ -284,7 +294,7 @@ def _pareto(scenario: Path, scalers: list[str], names: list[str], seed_values: l
     cells = [[r["policy"], r["autoscaler"], _fmt(r["slo_attainment"]), _fmt(r["cost_per_1k_requests_usd"], ".4f"),
               _fmt(r["cost_usd"], ".3f"), _fmt(r["gpu_hours"], ".3f"), "✓" if r["pareto"] else "", str(r["failed"])]
              for r in rows]
-    console.print(table(f"Cost vs SLO attainment ({len(seed_values)} seed(s), load {load:g}×)",
+    console.print(table(f"Cost vs SLO attainment ({counted(len(seed_values), 'seed')}, load {load:g}×)",
                         ["policy", "autoscaler", "attainment", "$ / 1k req", "cost $", "GPU-hours", "Pareto", "failed"], cells))
     console.print(f"page: [bold]{page}[/]")
 

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from sim.errors import MmsimError
+from sim.files import counted
 from sim.results import atomic_write
 from sim.runner import check_run_size
 from sim.scenario import parse_scenario, read_yaml
@@ -104,7 +105,7 @@ def pareto_page(rows: list[dict], scenario: str, seeds: list[int], load: float) 
     cells = [[html.escape(r["policy"]), html.escape(r["autoscaler"]), *figures_row(r), "✓" if r["pareto"] else "",
               f"{r['failed']} of {r['runs']}" + (f": {html.escape(r['errors'][0][:200])}" if r["errors"] else "")]
              for r in order]
-    body = (f"<p>Scenario {html.escape(scenario)} at {load:g}× its traffic, {len(seeds)} seed(s) per point "
+    body = (f"<p>Scenario {html.escape(scenario)} at {load:g}× its traffic, {counted(len(seeds), 'seed')} per point "
             f"({html.escape(', '.join(map(str, seeds)))}); every figure is a mean over the seeds (a failed run attains 0). "
             "A point is Pareto-optimal (ringed, joined) when no other costs no more per 1,000 requests and attains "
             "no less.</p>" + pareto_svg(rows, "policy", "autoscaler")

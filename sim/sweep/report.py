@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import MmsimError
-from sim.files import load_json
+from sim.files import counted, load_json
 from sim.reports.colours import policy_colours
 from sim.reports.stats import MIN_SEEDS, Estimate, no_interval_text, proportion_estimate, rate_estimate
 from sim.results import atomic_write
@@ -160,7 +160,7 @@ def _capacity_section(path: Path) -> str:
                      _num(answer.get("attainment_at_max")),
                      "-" if answer.get("min_gpus") is None else f"{answer['min_gpus']} ({layout[0]}×{layout[1]})",
                      _num(answer.get("attainment_at_min_gpus"))])
-    title = f"Capacity at SLO attainment ≥ {query.get('target')} over {len(query.get('seeds', []))} seed(s)"
+    title = f"Capacity at SLO attainment ≥ {query.get('target')} over {counted(len(query.get('seeds', [])), 'seed')}"
     if query.get("gpus_for_load") is not None:
         title += f"; min GPUs at load {query['gpus_for_load']}"
     return f"<h2>{html.escape(title)}</h2>" + _table(
@@ -178,7 +178,7 @@ def _fleet_section(answers: list[dict], query: dict) -> str:
         rows.append([html.escape(a["policy"]), html.escape(", ".join(f"{k}={v}" for k, v in a["nodes"].items())),
                      str(a["gpus"]), _num(a["hourly_usd"], ".2f"), _num(f.get("cost_usd"), ".4f"),
                      _num(f.get("cost_per_1k_requests_usd"), ".4f"), _num(f.get("slo_attainment")), tried])
-    title = (f"Cheapest fleet at SLO attainment ≥ {query.get('target')} over {len(query.get('seeds', []))} seed(s), "
+    title = (f"Cheapest fleet at SLO attainment ≥ {query.get('target')} over {counted(len(query.get('seeds', [])), 'seed')}, "
              f"load {query.get('load')}×")
     return f"<h2>{html.escape(title)}</h2>" + _table(
         ["policy", "nodes per pool", "GPUs", "$ / hour", "run cost $", "$ / 1k req", "attainment", "mixes run"], rows)
