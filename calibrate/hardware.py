@@ -17,6 +17,7 @@ import torch
 
 from calibrate.timing import usable_cores
 from sim.errors import MmsimError
+from sim.files import counted
 
 
 def resolve_device(gpu: int | None, device: str | None) -> torch.device:
@@ -42,7 +43,7 @@ def cuda_device(index: int) -> torch.device:
         raise MmsimError(f"no CUDA GPU is available ({build}); to calibrate this machine's CPU use --device cpu")
     count = torch.cuda.device_count()
     if not 0 <= index < count:
-        raise MmsimError(f"GPU {index} does not exist; this machine has {count} GPU(s) (0..{count - 1})")
+        raise MmsimError(f"GPU {index} does not exist; this machine has {counted(count, 'GPU')} (0..{count - 1})")
     return torch.device("cuda", index)
 
 
@@ -143,7 +144,7 @@ def cpu_identity() -> dict:
     cores = usable_cores()
     return {
         "source": "measured",
-        "note": f"model from /proc/cpuinfo, RAM from /proc/meminfo; {cores} usable core(s) of {os.cpu_count()} online",
+        "note": f"model from /proc/cpuinfo, RAM from /proc/meminfo; {counted(cores, 'usable core')} of {os.cpu_count()} online",
         "model": model,
         "cores": cores,
         "ram_bytes": int(ram),

@@ -27,7 +27,8 @@ def pydantic_error_message(error, source: str) -> MmsimError:
     detail = first["msg"].removeprefix("Value error, ")  # our validators' own sentences need no pydantic label
     if first.get("type") == "extra_forbidden":
         detail = "unknown field"
-    extra = f" ({len(error.errors()) - 1} more problem(s))" if len(error.errors()) > 1 else ""
+    more = len(error.errors()) - 1
+    extra = f" ({more} more problem{'s' if more > 1 else ''})" if more else ""
     return MmsimError(f"{detail}{extra}", source=source, field=field)
 
 

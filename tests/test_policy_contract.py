@@ -154,7 +154,7 @@ def test_a_legal_reorder_serves_every_request(policies, mode):
 
 
 @pytest.mark.parametrize("name, label, expected", [
-    ("TakesOne", "takes-one", "its order_waiting on qwen2.5-3b (GPU 0) removed 1 request(s) from the waiting queue"),
+    ("TakesOne", "takes-one", "its order_waiting on qwen2.5-3b (GPU 0) removed 1 request from the waiting queue"),
     ("AddsTwice", "adds-twice", "its order_waiting on qwen2.5-3b (GPU 0) put one request into the waiting queue twice"),
     ("Replaces", "replaces", "replaced instance.waiting with another object"),
 ])

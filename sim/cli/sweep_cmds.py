@@ -65,7 +65,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
                 for row in records]
         console.print(table(f"Sweep {spec.name}", [*axis_labels(list(spec.axes)), *status,
                                                    *(label for label, _ in figures.values())], rows))
-    console.print(f"{outcome['ran']} run(s), {outcome['skipped']} already done, {outcome['failed']} failed; "
+    console.print(f"{counted(outcome['ran'], 'run')}, {outcome['skipped']} already done, {outcome['failed']} failed; "
                   f"wall {outcome['wall_s']:.1f} s for {outcome['run_seconds']:.1f} s of runs; index: [bold]{out / 'index.csv'}[/]")
     if outcome["failed"]:
         raise typer.Exit(1)

@@ -18,6 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from sim.errors import MmsimError
+from sim.files import counted
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -107,7 +108,7 @@ class ProgressGuard:
         engine = self.engine
         self._recount()  # the loads since the last progress only, not those of a lull before it
         head = (f"{engine.policy.label}: no token computed since "
-                f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {engine.outstanding:,} request(s) outstanding")
+                f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {counted(engine.outstanding, 'request')} outstanding")
         loads = sum(self.loads.values())
         if loads:
             models = sorted(self.loads, key=lambda m: (-self.loads[m], m))

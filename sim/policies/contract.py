@@ -11,11 +11,11 @@ raises ends the run in one line naming the policy, the hook and the line, not a 
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from sim.engine.request import Request
 from sim.errors import MmsimError
-from sim.files import cut
+from sim.files import counted, cut
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
@@ -55,9 +55,9 @@ def checked_order_waiting(engine: Engine, instance: Instance) -> None:
 
 def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]:
     """The policy's ``waiting_leaders``, and a stop to the run unless it named requests waiting on ``instance``."""
-    answer = engine.policy.waiting_leaders(instance, engine.view)
+    answer: object = engine.policy.waiting_leaders(instance, engine.view)  # a user's: anything at all
     try:
-        leaders = list(answer)
+        leaders: list[object] = list(answer)  # type: ignore[call-overload]
     except TypeError:
         leaders = [answer]  # not a collection: named as the one wrong thing below
     for request in leaders:
@@ -70,18 +70,18 @@ def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]
         raise PolicyContractError(
             f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its waiting_leaders on "
             f"{instance.name} (GPU {instance.gpu.index}) {problem} (it may name only requests of instance.waiting)")
-    return leaders
+    return cast("list[Request]", leaders)  # each one checked above
 
 
 def _difference(count_before: int, waiting) -> str:
     """What changed in a queue that should hold the same requests."""
     count_after = len(waiting)
     if count_after < count_before:
-        return f"removed {count_before - count_after} request(s) from the waiting queue"
+        return f"removed {counted(count_before - count_after, 'request')} from the waiting queue"
     if len({id(request) for request in waiting}) < count_after:
         return "put one request into the waiting queue twice"
     if count_after > count_before:
-        return f"added {count_after - count_before} request(s) to the waiting queue"
+        return f"added {counted(count_after - count_before, 'request')} to the waiting queue"
     return "swapped requests of the waiting queue for others"
 
 
@@ -94,7 +94,7 @@ def check_accounted(engine: Engine, arrived: int) -> None:
         what = (f"lost {arrived - ended:,} of {arrived:,} requests: they arrived but neither finished nor were "
                 "dropped (taken out of a queue by the policy's own code?)")
     else:
-        what = (f"ended {ended - arrived:,} request(s) twice ({ended:,} endings for {arrived:,} arrivals: a request "
+        what = (f"ended {counted(ended - arrived, 'request')} twice ({ended:,} endings for {arrived:,} arrivals: a request "
                 "put into two queues by the policy's own code?)")
     raise PolicyContractError(f"{policy_label(engine)} {what}; requests move between queues only through the "
                               "view's actions")

@@ -254,7 +254,7 @@ def sweep_report(sweep_dir: Path, out: Path) -> Path:
     sections.append("<h2>Runs</h2>" + _table(["run", *axes, "status", *figures, "error"], rows))
     failed = int((frame["status"] != "ok").sum())
     name = meta.get("name", sweep_dir.name)
-    page = document(f"Sweep {name}", f"<p>{len(frame)} run(s), {failed} failed; base scenario "
+    page = document(f"Sweep {name}", f"<p>{counted(len(frame), 'run')}, {failed} failed; base scenario "
                     f"{html.escape(str(meta.get('base', '?')))}; axes: {html.escape(', '.join(axes))}.</p>"
                     + "".join(sections))
     atomic_write(out, lambda p: Path(p).write_text(page))
