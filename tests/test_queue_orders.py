@@ -11,7 +11,7 @@ import pytest
 
 from sim.engine import build
 from sim.engine.request import Request
-from sim.policies.base import sort_queue
+from sim.policies.base import Policy, sort_queue
 from sim.policies.slo_aware import EarliestSavableDeadlineFirst, SloAwarePolicy, deadline_s
 from sim.policies.swap_aware import AgedShortestFirst
 from sim.scenario import Slo
@@ -100,4 +100,16 @@ def test_a_subclass_with_an_order_of_its_own_is_not_taken_for_a_sort_by_key() ->
             super().order_waiting(instance, view)
 
     assert (SwapAwarePolicy.waiting_order, SloAwarePolicy.waiting_order) == ("fixed-key", "by-key")
+
+    class OtherKey(SloAwarePolicy):  # another sort by key: slo-aware's leaders (by deadline) do not fit it
+        waiting_order = "by-key"
+
+        def order_waiting(self, instance, view) -> None:
+            sort_queue(instance.waiting, AgedShortestFirst(0.0))
+
+    class Tuned(SloAwarePolicy):
+        pass
+
+    assert OtherKey.waiting_leaders is Policy.waiting_leaders
+    assert Tuned.waiting_leaders is SloAwarePolicy.waiting_leaders is not Policy.waiting_leaders
     assert (OwnOrder.waiting_order, SameOrder.waiting_order, Declared.waiting_order) == ("own", "fixed-key", "by-key")

@@ -108,8 +108,11 @@ class Policy:
         # The engine may skip waking a busy GPU for an arrival queued behind blocked FCFS
         # requests; a policy that reorders the waiting queue must always be woken.
         cls.reorders_waiting = cls.order_waiting is not Policy.order_waiting
-        if "order_waiting" in vars(cls) and "waiting_order" not in vars(cls):
+        own_order = "order_waiting" in vars(cls)
+        if own_order and "waiting_order" not in vars(cls):
             cls.waiting_order = "own"  # an order of its own, not declared a sort by key
+        if own_order and "waiting_leaders" not in vars(cls) and not str(vars(cls).get("__module__")).startswith("sim."):
+            cls.waiting_leaders = Policy.waiting_leaders  # type: ignore[method-assign]  # a parent's fit its order only
         if cls.waiting_order not in WAITING_ORDERS:
             raise TypeError(f"policy {cls.__name__}: waiting_order is {cls.waiting_order!r}; expected one of "
                             + ", ".join(repr(kind) for kind in WAITING_ORDERS))
@@ -119,7 +122,8 @@ class Policy:
     reorders_waiting: ClassVar[bool] = False
     waiting_order: ClassVar[str] = "fcfs"
     """What ``order_waiting`` does, which tells fast-forward which iteration boundaries it may skip (see
-    ``WAITING_ORDERS``). A subclass that overrides ``order_waiting`` gets "own" unless it declares another."""
+    ``WAITING_ORDERS``). A subclass that overrides ``order_waiting`` gets "own" unless it declares another, and the
+    default ``waiting_leaders`` unless it defines its own."""
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **params: Any) -> None:
