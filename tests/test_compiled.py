@@ -3,8 +3,8 @@
 The engine and the built-in policies are compiled from a copy of this checkout into a temporary folder,
 then the same runs are made with each build (the compiled one in a subprocess) and compared column by
 column. The runs cover every built-in policy and the mechanisms they use: KV swap and recompute, loads
-and unloads, a host-RAM weight cache, partial offload; and a user's policy, plain Python, that extends a
-compiled built-in.
+and unloads, a host-RAM weight cache, partial offload; and a user's policies, plain Python, that extend a
+compiled built-in (one with its own admission order for the compiled sort).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ RUNS = [("mixed.yaml", name, None, 240.0, "fast") for name in POLICIES] + [
     ("offload.yaml", "offload-aware", None, 120.0, "fast"),
     ("paper-preemption.yaml", None, None, None, "fast"),
     ("mixed.yaml", "user", None, 240.0, "fast"),
+    ("mixed.yaml", "user-order", None, 240.0, "fast"),
 ]
 USER_POLICY = textwrap.dedent("""
     from sim.policies.swap_aware import SwapAwarePolicy
@@ -59,6 +60,26 @@ USER_POLICY = textwrap.dedent("""
         def on_finish(self, request, instance, view):
             self.finished += 1
             super().on_finish(request, instance, view)
+
+
+    from sim.policies.base import QueueOrder, sort_queue
+    from sim.policies.slo_aware import SloAwarePolicy
+
+
+    class LongestPromptFirst(QueueOrder):
+        \"\"\"A user's admission order for the compiled ``sort_queue``: subclassing the compiled QueueOrder was refused
+        ("interpreted classes cannot inherit from compiled") where the pure build took it.\"\"\"
+
+        def before(self, a, b):
+            return (-a.prompt_tokens, a.id) < (-b.prompt_tokens, b.id)
+
+
+    class LongestFirst(SloAwarePolicy):
+        name = "longest-first"
+        waiting_order = "by-key"
+
+        def order_waiting(self, instance, view):
+            sort_queue(instance.waiting, LongestPromptFirst())
 """)
 COLUMNS = ["id", "status", "first_scheduled_s", "first_token_s", "finish_s", "preemptions", "gpu",
            "lost_reload_s", "lost_kv_out_s", "lost_recompute_s", "lost_waiting_s"]
@@ -88,7 +109,8 @@ def run_all(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "user_policy.py").write_text(USER_POLICY)
     for k, (scenario, policy, params, duration_s, mode) in enumerate(RUNS):
-        policy = f"{out / 'user_policy.py'}:Alternating" if policy == "user" else policy
+        policy = {"user": f"{out / 'user_policy.py'}:Alternating",
+                  "user-order": f"{out / 'user_policy.py'}:LongestFirst"}.get(policy, policy)
         result = simulate(_scenario(scenario, duration_s), base_dir=ROOT / "scenarios", policy=policy, params=params,
                           mode=mode)
         result.requests[COLUMNS].to_parquet(out / f"{k}.parquet")

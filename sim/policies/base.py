@@ -53,6 +53,7 @@ order of two waiting requests never changes as the clock moves; as under FCFS, o
 start, and an arrival that could start (wherever it sorts) cuts the window."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class QueueOrder:
     """An admission order for :func:`sort_queue`: ``before(a, b)`` is ``key(a) < key(b)`` for the policy's sort key.
 
