@@ -96,6 +96,15 @@ POLICIES = textwrap.dedent('''
             return [request.id for request in instance.waiting]
 
 
+    class TagsInstances(StaticPolicy):
+        """Keeps its state on the engine's objects: refused by the compiled build, and so by the pure one."""
+        name = "tags-instances"
+
+        def on_instance_ready(self, instance, view):
+            instance.served_by_me = True
+            super().on_instance_ready(instance, view)
+
+
     class RaisesOnArrival(StaticPolicy):
         name = "raises"
 
@@ -183,6 +192,14 @@ def test_waiting_leaders_may_name_only_waiting_requests(policies, name, label, e
     assert message.startswith(f"policy '{label}' ({name}) broke the policy contract at t="), message
     assert f"its waiting_leaders on qwen2.5-3b (GPU 0) {expected}" in message, message
     assert message.endswith("(it may name only requests of instance.waiting)")
+
+
+def test_a_policy_that_adds_attributes_to_an_instance_stops_in_either_build(policies):
+    """An editable (pure) install took ``instance.x = ...`` and ``pip install .`` (compiled) refused it."""
+    with pytest.raises(PolicyContractError) as stopped:
+        run(policies, "TagsInstances")
+    assert "raised AttributeError: 'Instance' object has no attribute 'served_by_me'" in str(stopped.value)
+    assert "(in on_instance_ready, " in str(stopped.value)
 
 
 def test_a_request_lost_outside_order_waiting_is_caught_by_the_final_count(policies):

@@ -31,6 +31,8 @@ FIRST_LAST_ID: Final = 1 << 62
 class AgendaEntry:
     """Something with at most one due time on the agenda: ``entry_due`` runs when it comes."""
 
+    __slots__ = ("due_s", "due_eid", "slot")
+
     def __init__(self) -> None:
         self.due_s = 0.0
         self.due_eid = -1

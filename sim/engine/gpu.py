@@ -31,6 +31,10 @@ class Gpu(AgendaEntry):
     """One GPU's memory and its execution loop: its due time on the agenda is its running step's end (or a
     wake-up of its idle loop)."""
 
+    # As Instance's: no attributes but these in either build.
+    __slots__ = ("env", "index", "node", "pool", "capacity_bytes", "compute_share", "instances", "busy_s", "current",
+                 "run", "idle", "_done", "_turn", "_synced_s", "blocked", "_engine", "_agenda", "releases")
+
     _agenda: Agenda  # the engine's, from start()
 
     def __init__(self, env: simpy.Environment, index: int, node: int, capacity_bytes: int, compute_share: float = 1.0,

@@ -38,6 +38,13 @@ def remove_request(requests: list[Request], request: Request) -> None:
 class Instance:
     """One model resident (or loading, or draining) on one GPU."""
 
+    # The compiled build's instances take no attributes but these; the pure build's must refuse the same (a policy
+    # tagging an instance worked in an editable install and failed after ``pip install .``).
+    __slots__ = ("uid", "model", "name", "costs", "gpu", "shards", "gpu_share", "config", "status", "weight_bytes",
+                 "resident_bytes", "block_bytes", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
+                 "phases", "iteration", "context_tokens", "blocks", "ready_at_s", "last_used_s", "busy_s", "slowdown",
+                 "_coefficients", "prefix_cache", "prefix_query_tokens", "prefix_hit_tokens")
+
     def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
                  engine_config: EngineConfig, reserve_bytes: int = 0, weight_bytes: int | None = None,
                  block_bytes: int | None = None, shards: list[Gpu] | None = None):
