@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # the engine imports this module: its types are for the type 
 class ClusterView:
     """What a policy may read (queues, KV use, resident models, costs) and ask (route, load, unload)."""
 
+    __slots__ = ("_engine",)  # a policy's state lives on the policy, in either build (compiled, it takes no other)
+
     def __init__(self, engine: Engine):
         self._engine = engine
 
