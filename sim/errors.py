@@ -27,8 +27,10 @@ def pydantic_error_message(error, source: str) -> MmsimError:
     detail = first["msg"].removeprefix("Value error, ")  # our validators' own sentences need no pydantic label
     if first.get("type") == "extra_forbidden":
         detail = "unknown field"
+    from sim.files import counted  # sim.files raises these errors: imported here, not at the top
+
     more = len(error.errors()) - 1
-    extra = f" ({more} more problem{'s' if more > 1 else ''})" if more else ""
+    extra = f" ({counted(more, 'more problem')})" if more else ""
     return MmsimError(f"{detail}{extra}", source=source, field=field)
 
 

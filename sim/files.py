@@ -194,8 +194,9 @@ def cut(text: object, limit: int = 80) -> str:
 
 
 def counted(count: int, noun: str) -> str:
-    """``count`` and ``noun``, plural unless the count is one ("1 request", "3 requests")."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+    """``count`` (thousands grouped, as the messages write numbers) and ``noun``, plural unless the count is one
+    ("1 request", "1,350 requests")."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def safe_name(text: str, fallback: str) -> str:

@@ -29,7 +29,7 @@ def test_import_merge_stats(tmp_path, capsys):
     code_trace, conv_trace, merged = tmp_path / "code.parquet", tmp_path / "conv.jsonl", tmp_path / "both.csv"
     code, out, _ = mmsim(capsys, "trace", "import", "azure-2023", AZURE / "AzureLLMInferenceTrace_code.csv",
                          code_trace, "--model", "qwen2.5-7b")
-    assert code == 0 and "8819 requests" in out
+    assert code == 0 and "8,819 requests" in out
     code, _, _ = mmsim(capsys, "trace", "import", "azure-2023", AZURE / "AzureLLMInferenceTrace_conv.csv",
                        conv_trace, "--model", "qwen3-8b", "--end", "600", "--time-scale", "0.5")
     assert code == 0
