@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO, scenario_dict
+from tests.conftest import REPO, mmsim_in_process, scenario_dict
 
 FILES = ("summary.json", "requests.parquet", "events.parquet", "timeseries.parquet", "scenario.json")
 
@@ -127,3 +127,11 @@ def test_profile_override_from_the_command_line(tmp_path):
     assert blank.returncode == 2 and blank.stderr.strip() == "error: --profile: needs a built-in profile name or a " \
         "profile JSON file", blank.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "sweep", "capacity", "report"])
+def test_help_shows_no_value_beside_an_on_off_flag(capsys, command):
+    """typer listed `--force <bool>` (and `--help <bool>`), and `--force true` is refused: a flag takes no value."""
+    code, out, _ = mmsim_in_process(capsys, command, "--help")
+    assert code == 0 and "--help" in out
+    assert "<bool>" not in out and "(0.01)" not in out

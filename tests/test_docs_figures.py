@@ -64,3 +64,26 @@ def test_the_three_seed_table_is_what_the_policies_give(seed):
             goodput = sum(figures(policy, s)["goodput_requests_per_s"] for s in (7, 8, 9)) / 3
             attainment = sum(figures(policy, s)["slo_attainment"] for s in (7, 8, 9)) / 3
             assert cell == f"{goodput:.3f} / {100 * attainment:.1f}%", policy
+
+
+PREFIX_SHARING = REPO / "scenarios" / "prefix-sharing.yaml"
+
+
+@cache
+def routed(rule: str) -> dict:
+    scenario = load_scenario(PREFIX_SHARING)
+    scenario = scenario.model_copy(update={"routing": scenario.routing.model_copy(update={"rule": rule})})
+    with wall_clock_limit(120):
+        return simulate(scenario, base_dir=PREFIX_SHARING.parent).summary
+
+
+@pytest.mark.parametrize("rule", ["round-robin", "least-loaded", "prefix-aware"])
+def test_the_readme_routing_table_is_what_each_rule_gives_on_prefix_sharing(rule):
+    rows = {row[0].strip("`"): row[1:] for row in table_rows("README.md", "| `routing.rule` | prompt tokens from cache")}
+    summary = routed(rule)
+    assert rows[rule] == [f"{100 * summary['prefix_cache']['prefix_hit_rate']:.1f}%", f"{summary['ttft_s']['mean']:.3f} s",
+                          f"{summary['ttft_s']['p90']:.3f} s", f"{summary['throughput_tokens_per_s']:,.0f} tokens/s"]
+    if rule != "least-loaded":  # the README lists each instance's hit rate under the other two rules
+        text = " ".join((REPO / "README.md").read_text().split())
+        rates = " / ".join(f"{100 * row['prefix_hit_rate']:.1f}%" for row in summary["per_instance"])
+        assert f"{rates} of prompt tokens found cached under `{rule}`" in text or f"{rates} under `{rule}`" in text, rates

@@ -37,7 +37,8 @@ none (everything mixed)."""
 SWAPPING_POLICIES = (*POLICIES[1:], "prefix-swap-aware")
 MODELS = ("qwen2.5-3b", "qwen3-8b", "llama-3-8b", "mistral-7b", "qwen2.5-7b")
 PROFILES = ("paper-rtx5000", "paper-a6000", "a100-80gb", "h100-sxm")
-MIG_SLICES = ("1g.10gb", "2g.20gb", "3g.40gb")
+MIG_SLICES = {"1g.10gb": 3, "2g.20gb": 3, "3g.40gb": 2}
+"""MIG profiles and the most slices drawn of each (as many as one GPU holds, at most three)."""
 SWAP_AWARE_PARAMS = {
     "benefit_ratio": st.sampled_from([0.0, 1.0, 16.0, 1e6]),
     "min_residency_s": st.sampled_from([1e-3, 0.5, 20.0]),
@@ -72,8 +73,9 @@ def clusters(draw) -> dict:
     """One or two nodes of up to four GPUs in all, of any profile; sometimes MIG slices, sometimes less memory."""
     profile = draw(st.sampled_from(PROFILES))
     if profile in ("a100-80gb", "h100-sxm") and not EMPHASIS and draw(st.integers(0, 3)) == 0:
+        mig = draw(st.sampled_from(sorted(MIG_SLICES)))
         return {"profile": profile, "nodes": 1, "gpus_per_node": 1, "host_memory_gb": draw(st.sampled_from([1, 64])),
-                "mig": {"profile": draw(st.sampled_from(MIG_SLICES)), "slices_per_gpu": draw(st.integers(1, 3))}}
+                "mig": {"profile": mig, "slices_per_gpu": draw(st.integers(1, MIG_SLICES[mig]))}}
     nodes = draw(st.integers(1, 2))
     per_node = [1, 2] if nodes == 2 else [1, 2, 4]
     cluster = {"profile": profile, "nodes": nodes, "gpus_per_node": draw(st.sampled_from(per_node[EMPHASIS == "parallel":])),
@@ -120,9 +122,8 @@ def deployments(draw, cluster: dict, policy: str) -> list[dict]:
             entry["tensor_parallel"] = tp
         if pp > 1:
             entry["pipeline_parallel"] = pp
-        # Only static places a deployment at its gpu_share; the swapping policies load whole copies (offload-aware
-        # picks its own shares), so a deployment that fits only offloaded is one they cannot serve (see the report).
-        if tp * pp == 1 and policy == "static" and draw(st.integers(0, 4)) == 0:
+        # A deployment's gpu_share is its whole copy under every policy (offload-aware loads partial ones below it).
+        if tp * pp == 1 and draw(st.integers(0, 4)) == 0:
             entry["gpu_share"] = draw(st.sampled_from([0.5, 0.75]))
         if draw(st.integers(0, 3)) == 0:
             entry["gpus"] = draw(st.lists(st.integers(0, gpu_count - 1), min_size=1, max_size=2, unique=True))

@@ -36,6 +36,23 @@ for _module in COMMAND_MODULES:
     importlib.import_module(_module)
 
 
+def _flags_without_types() -> None:
+    """Help without a type beside on/off flags: typer (0.29) lists ``--force <bool>``, as if the flag took a value,
+    and then refuses ``--force true``."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if option is None or shown is None:
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    option.display_type_rich = display_type_rich
+
+
+_flags_without_types()
+
+
 MAX_MESSAGE_CHARS = 2000
 """An error message is cut to this length: a message must never echo a multi-megabyte field."""
 

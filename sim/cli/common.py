@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from sim.errors import MmsimError
@@ -23,17 +25,57 @@ def print_json(data: object) -> None:
 
 
 def table(title: str, columns: list[str], rows: Sequence[Sequence[object]]) -> Table:
-    """A table whose text cells fold to the terminal's width; a column of short figures keeps them whole (a number
-    broken over two lines reads as two numbers)."""
+    """A table whose cells keep to one line where the terminal's width allows (headers may fold), a column of
+    short figures keeps them whole even where text must fold (a number broken over two lines reads as two
+    numbers)."""
     cells = [[str(cell) for cell in row] for row in rows]
-    widths: list[int | None] = []
+    longest, figures = [], []
     for index in range(len(columns)):
         values = [row[index] for row in cells if index < len(row)]
-        widths.append(max(map(len, values)) if values and all(_FIGURE.fullmatch(value) for value in values) else None)
-    result = _table(title, columns, cells, widths)
-    if any(widths) and not _fits(result):
+        width = max(map(len, values), default=0)
+        longest.append(width if 0 < width <= WHOLE_CELL_CHARS else None)
+        figures.append(width if values and all(_FIGURE.fullmatch(value) for value in values) else None)
+    result = _table(title, columns, cells, figures)
+    if _room_for(result, natural=True):
+        return result
+    # Else each column as wide as its longest cell, headers folding (in words where they have room), without
+    # vertical rules (three characters a column narrower: on an 80-column terminal a sweep's ten columns fit).
+    whole = _whole_cells(title, columns, cells, longest)
+    if whole is not None:
+        return whole
+    if any(figures) and not _fits(result):
         return _table(title, columns, cells, [None] * len(columns))  # whole figures would crop the right columns
     return result
+
+
+WHOLE_CELL_CHARS = 24
+"""Cells up to this long are kept on one line when the table has room; longer text folds."""
+
+
+def _whole_cells(title: str, columns: list[str], cells: list[list[str]], longest: list[int | None]) -> Table | None:
+    """The table with every cell on one line, its spare width given to headers' longest words; None if it does not
+    fit the console."""
+    widths = list(longest)
+    spare = console.width - _width(_table(title, columns, cells, widths, compact=True, headers_fold=True))
+    if spare < 0:
+        return None
+    for index, header in enumerate(columns):
+        width = widths[index]
+        if width is not None:
+            grow = min(max(max(map(len, header.split()), default=0) - width, 0), spare)
+            widths[index], spare = width + grow, spare - grow
+    return _table(title, columns, cells, widths, compact=True, headers_fold=True)
+
+
+def _width(result: Table, natural: bool = False) -> int:
+    """Characters ``result`` needs: its columns at their minimum widths, or (``natural``) with nothing folded."""
+    probe = Console(width=10_000, color_system=None)  # a measurement is capped at the console's width
+    measured = Measurement.get(probe, probe.options, result)
+    return measured.maximum if natural else measured.minimum
+
+
+def _room_for(result: Table, natural: bool = False) -> bool:
+    return _width(result, natural) <= console.width
 
 
 def _fits(result: Table) -> bool:
@@ -45,10 +87,14 @@ def _fits(result: Table) -> bool:
     return top.rstrip().endswith("┓")
 
 
-def _table(title: str, columns: list[str], cells: list[list[str]], min_widths: list[int | None]) -> Table:
-    result = Table(title=title, title_justify="left")
+def _table(title: str, columns: list[str], cells: list[list[str]], min_widths: list[int | None],
+           compact: bool = False, headers_fold: bool = False) -> Table:
+    """The rich table; ``headers_fold`` caps each column at its minimum width, so that a header longer than its
+    cells folds instead of widening the column."""
+    result = (Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+              if compact else Table(title=title, title_justify="left"))
     for column, width in zip(columns, min_widths):
-        result.add_column(column, overflow="fold", min_width=width)
+        result.add_column(column, overflow="fold", min_width=width, max_width=width if headers_fold else None)
     for row in cells:
         result.add_row(*row)
     return result

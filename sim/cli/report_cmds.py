@@ -17,7 +17,8 @@ from sim.files import counted
 from sim.scenario import MAX_SEED
 
 SWEEP_INDEXES = ("index.csv", "index.parquet")
-THRESHOLD_HELP = "share of dropped requests above which a policy is never marked best on latency (0.01 = 1%)"
+THRESHOLD_HELP = ("share of dropped requests above which a policy is never marked best on latency "
+                  "(0.01 = 1%, the default)")
 
 
 def _default_threshold() -> float:
@@ -29,7 +30,7 @@ def _default_threshold() -> float:
 
 
 DropThreshold = Annotated[float, typer.Option("--drop-threshold", default_factory=_default_threshold,
-                                              show_default="0.01", help=THRESHOLD_HELP)]
+                                              show_default=False, help=THRESHOLD_HELP)]
 RANKING_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
     ("#", "right"), ("policy", "left"), ("goodput req/s", "right"), ("SLO attain.", "right"),
     ("completed / dropped", "right"), ("TTFT p90 s", "right"), ("TPOT p90 s", "right"))

@@ -11,6 +11,8 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from sim.files import counted
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -21,6 +23,8 @@ DROP_MEANINGS = {
     "exceeds_kv_capacity": "needs more KV cache than a GPU holds",
     "not_placed": "the policy never gave the model an instance",
     "not_scheduled": "an instance held it but never ran it before the run ended",
+    "exceeds_instance_max_model_len": "prompt + output longer than the KV room of the instance it was given "
+                                      "(a GPU smaller than the largest, or a larger GPU share)",
 }
 LOW_ATTAINMENT = 0.5
 """Below this SLO attainment the run is flagged: the profile or the load cannot serve the scenario."""
@@ -163,6 +167,11 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
             limit_text = f"max_model_len {limit:,} tokens" if isinstance(limit, (int, float)) else "max_model_len"
             found.append(f"{model}: {_share(too_long / total)} of requests exceed {limit_text} (prompt + output); "
                          "raise the model's max_model_len in the scenario if its GPU has room, or use GPUs with more memory")
+        too_long_there = reasons.get("exceeds_instance_max_model_len", 0)
+        if too_long_there:
+            found.append(f"{model}: {counted(too_long_there, 'request')} within the deployment's max_model_len (sized "
+                         "on the largest GPU) but not the KV room of the instance given them, on a smaller GPU; "
+                         "route them to the larger GPUs (e.g. a policy file's route hook) or place the model there")
         if reasons.get("model_exceeds_gpu"):
             found.append(f"{model}: its weights and activation reserve (which grows with engine.max_num_batched_tokens) "
                          f"leave no KV room on any GPU of profile {summary.get('profile', '?')}; "

@@ -108,6 +108,7 @@ class Engine:
         self.shard_fractions = [shard_fractions(c.spec, tp, pp) for c, (tp, pp) in zip(costs, self.parallel)]
         shares = gpu_shares or [1.0] * len(model_names)
         wanted = max_model_lens or [None] * len(model_names)
+        self.deployment_shares = shares  # each deployment's GPU layer share: a whole copy of it (1.0 unless offloaded)
         self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
         self.last_progress_s = 0.0  # when a step last computed tokens
         self.busy_since_s = 0.0  # when the last arrival found nothing outstanding
@@ -226,6 +227,9 @@ class Engine:
             self.pending[request.model].remove(request)
             request.unplaced = False
             self.pending_total -= 1
+        if request.prompt_tokens + request.output_tokens > instance.max_model_len:
+            self.refuse(request)
+            return
         request.instance = instance
         request.gpu = instance.gpu.index
         if request.state == "swapped" and request.kv_on_host_node == instance.gpu.node:
@@ -238,6 +242,16 @@ class Engine:
             instance.waiting.append(request)
         if instance.status == "ready" and self._could_start(instance, request):
             instance.gpu.kick()
+
+    def refuse(self, request: Request) -> None:
+        """Drop ``request``, given to an instance whose KV room can never hold it (its GPU is smaller than the one
+        the deployment's ``max_model_len`` was sized on): vLLM rejects it there, and queued it would block the
+        instance's queue for good."""
+        self._drop_host_kv(request)
+        request.instance = None
+        self.drop(request, "exceeds_instance_max_model_len")
+        self.outstanding -= 1
+        self.check_done()
 
     def _could_start(self, instance: Instance, request: Request) -> bool:
         """Whether ``request`` might join ``instance``'s batch at its next iteration boundary.

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sim.costs import ModelCosts, StepCoefficients
 from sim.engine import batching
 from sim.engine.kv import FinishQueue, PhaseHistogram, blocks_for
+from sim.engine.memory import fitting_tokens
 from sim.engine.prefix import PrefixCache
 from sim.engine.request import Request
 from sim.engine.step import Step
@@ -41,7 +42,7 @@ class Instance:
     # The compiled build's instances take no attributes but these; the pure build's must refuse the same (a policy
     # tagging an instance worked in an editable install and failed after ``pip install .``).
     __slots__ = ("uid", "model", "name", "costs", "gpu", "shards", "gpu_share", "config", "status", "weight_bytes",
-                 "resident_bytes", "block_bytes", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
+                 "resident_bytes", "block_bytes", "max_model_len", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
                  "phases", "iteration", "context_tokens", "blocks", "ready_at_s", "last_used_s", "busy_s", "slowdown",
                  "_coefficients", "prefix_cache", "prefix_query_tokens", "prefix_hit_tokens")
 
@@ -62,6 +63,10 @@ class Instance:
         # Weights plus the activation peak and non-torch memory (sim.engine.memory) held beside them, never KV.
         self.resident_bytes = self.weight_bytes + reserve_bytes
         self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token if block_bytes is None else block_bytes
+        # vLLM sizes max_model_len per engine, on its own GPU: in a fleet of mixed GPUs (or at another share than
+        # the deployment's) a request within the deployment's limit may still never fit here.
+        capacity = min(shard.capacity_bytes for shard in shards) if shards else gpu.capacity_bytes
+        self.max_model_len = fitting_tokens(capacity, self.resident_bytes, self.block_bytes, engine_config.block_size)
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
         self.running: list[Request] = []

@@ -23,7 +23,8 @@ from sim.engine.request import LOSS_CAUSES, Request
 if TYPE_CHECKING:
     from sim.engine.gpu import Gpu
 
-DROP_REASONS = ("", "model_not_served", "exceeds_max_model_len", "model_exceeds_gpu", "not_placed", "not_scheduled")
+DROP_REASONS = ("", "model_not_served", "exceeds_max_model_len", "model_exceeds_gpu", "not_placed", "not_scheduled",
+                "exceeds_instance_max_model_len")
 DROP_CODES: Final = {reason: code for code, reason in enumerate(DROP_REASONS)}
 TIME_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
 TOKEN_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "output_tokens", "generated_tokens")

@@ -15,8 +15,8 @@ import simpy
 from sim.engine.gpu import Gpu
 from sim.engine.transfers import Node
 from sim.errors import MmsimError
-from sim.fleet.config import ColdStart, Pool
-from sim.profile import Profile, load_profile
+from sim.fleet.config import ColdStart, MigConfig, Pool
+from sim.profile import MigSlice, Profile, load_profile
 
 GIB = 2**30
 
@@ -106,7 +106,22 @@ def _slices(layout: PoolLayout, in_pools: bool) -> list[tuple[int, float]]:
         field = f"cluster.pools.{layout.index}.mig.profile" if in_pools else "cluster.mig.profile"
         raise MmsimError(f"profile {layout.profile.name} has no MIG profile {pool.mig.profile!r} "
                          f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field=field)
+    _check_slices_fit(layout, pool.mig, mig, in_pools)
     return [(mig.memory_bytes, mig.compute_share)] * pool.mig.slices_per_gpu
+
+
+def _check_slices_fit(layout: PoolLayout, config: MigConfig, mig: MigSlice, in_pools: bool) -> None:
+    """Refuse more slices than one GPU holds: their SMs and their memory must add up to at most the GPU's (which
+    gives NVIDIA's limits: on an A100 or H100, 7 of 1g, 3 of 2g, 2 of 3g, 1 of 7g)."""
+    slices, gpu_info = config.slices_per_gpu, layout.profile.hardware.gpu
+    compute, memory = slices * mig.compute_share, slices * mig.memory_bytes
+    if compute <= 1 + 1e-6 and memory <= gpu_info.memory_bytes:
+        return
+    most = min(int((1 + 1e-6) / mig.compute_share), gpu_info.memory_bytes // mig.memory_bytes)
+    field = f"cluster.pools.{layout.index}.mig.slices_per_gpu" if in_pools else "cluster.mig.slices_per_gpu"
+    raise MmsimError(f"{slices} MIG slices of {config.profile} do not fit one {gpu_info.name}: they "
+                     f"would have {compute:.2f} of its compute and {memory / GIB:.0f} of its "
+                     f"{gpu_info.memory_bytes / GIB:.0f} GiB; at most {most} fit", field=field)
 
 
 def _check_parallel(scenario, layouts: list[PoolLayout]) -> None:

@@ -99,7 +99,7 @@ def kv_reserve_bytes(gpu: Gpu, reserve_bytes: float, leaving: Instance | None = 
     return reserve_bytes if staying else 0.0
 
 
-def gpu_with_room(view: ClusterView, model: int, gpu_share: float = 1.0, reserve_bytes: float = 0.0) -> Gpu | None:
+def gpu_with_room(view: ClusterView, model: int, gpu_share: float | None = None, reserve_bytes: float = 0.0) -> Gpu | None:
     """A GPU whose free memory already holds the model's weights and the KV reserve (most free memory first), or None."""
     need = view.footprint_bytes(model, gpu_share)
     for gpu in view.gpus:

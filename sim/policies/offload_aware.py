@@ -9,12 +9,13 @@ non-linearly and differently per model, and that long outputs suffer most
   (predicted output ≤ ``short_output_tokens``) is loaded into the largest
   free gap with the biggest GPU layer share g that leaves
   ``kv_reserve_tokens`` of KV room — if g ≥ ``min_gpu_share`` and the
-  offload slowdown ``decode_step_s(1, ctx, g) / decode_step_s(1, ctx, 1)`` at
-  the requests' mean prompt length is at most ``max_slowdown``. No one is
-  evicted, no swap penalty is paid.
-* *long* requests are only routed to fully resident instances; if their
-  model has none, they wait and the swap-aware rule brings in a full copy
-  (evicting, if the gain pays for it, even the model's own offloaded copy).
+  offload slowdown ``decode_step_s(1, ctx, g) / decode_step_s(1, ctx, s)`` at
+  the requests' mean prompt length is at most ``max_slowdown`` (s: the
+  deployment's ``gpu_share``, a whole copy's; g < s). No one is evicted, no
+  swap penalty is paid.
+* *long* requests are only routed to whole copies; if their model has none,
+  they wait and the swap-aware rule brings in a whole copy (evicting, if the
+  gain pays for it, even the model's own partial copy).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class OffloadAwarePolicy(SwapAwarePolicy):
     def route(self, request: Request, view: ClusterView) -> Instance | None:
         if not self.is_long(request):
             return view.route(request)  # any ready or loading instance, offloaded ones included
-        return view.route(request, [i for i in view.instances_of(request.model) if i.gpu_share >= 1.0])
+        full = view.deployment_share(request.model)
+        return view.route(request, [i for i in view.instances_of(request.model) if i.gpu_share >= full])
 
     def candidates(self, view: ClusterView) -> list[int]:
         """Models with pending requests and no instance able to take them (absent, or only offloaded copies for long requests)."""
@@ -61,7 +63,8 @@ class OffloadAwarePolicy(SwapAwarePolicy):
             if not view.pending_count(model):
                 return False
             live = view.instances_of(model)
-            return not live or not any(i.gpu_share >= 1.0 for i in live)
+            full = view.deployment_share(model)
+            return not live or not any(i.gpu_share >= full for i in live)
 
         models = [m for m in range(len(view.model_names)) if blocked(m)]
         return sorted(models, key=lambda m: (-self.gain_s(view, m), m))
@@ -77,7 +80,7 @@ class OffloadAwarePolicy(SwapAwarePolicy):
             return False
         costs = view.costs(model)
         context = sum(r.prompt_tokens for r in pending) / len(pending)
-        slowdown = costs.decode_step_s(1, context, share) / costs.decode_step_s(1, context, 1.0)
+        slowdown = costs.decode_step_s(1, context, share) / costs.decode_step_s(1, context, view.deployment_share(model))
         return slowdown <= self.max_slowdown and view.load(model, gpu, gpu_share=share) is not None
 
     def best_partial_share(self, view: ClusterView, model: int) -> tuple[float, Gpu | None]:
@@ -87,11 +90,12 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         costs = view.costs(model)
         reserve = self.kv_reserve_bytes(view, model)
         layers = costs.num_layers
+        below = costs.gpu_layers(view.deployment_share(model)) - 1  # a partial copy holds fewer layers than a whole one
         best_share, best_gpu = 0.0, None
         for gpu in view.gpus:
             view.sync(gpu)
             room = gpu.free_bytes() - gpu.in_flight_bytes() - reserve
-            for gpu_layers in range(layers - 1, 0, -1):
+            for gpu_layers in range(below, 0, -1):
                 share = gpu_layers / layers
                 if share < self.min_gpu_share or share <= best_share:
                     break

@@ -125,7 +125,7 @@ class SloAwarePolicy(SwapAwarePolicy):
         absent = [m for m in range(len(view.model_names)) if view.pending_count(m) and not view.instances_of(m)]
 
         def savable(model: int) -> int:
-            ready_by = view.now + view.costs(model).reload_s()
+            ready_by = view.now + view.costs(model).reload_s(view.deployment_share(model))
             slo = view.slo(model)
             return sum(1 for r in view.pending(model) if deadline_s(r, slo) >= ready_by)
 

@@ -106,7 +106,7 @@ def load_s(view: ClusterView, model: int, gpu: Gpu) -> float:
         return math.inf
     nodes = [g.node for g in group or [gpu]]
     from_host = all(view.host_cached(model, node) for node in set(nodes))
-    return parallel_load_s(view.costs_on(model, gpu).reload_s(1.0, from_host), nodes, from_host)
+    return parallel_load_s(view.costs_on(model, gpu).reload_s(view.deployment_share(model), from_host), nodes, from_host)
 
 
 class AgedShortestFirst(QueueOrder):

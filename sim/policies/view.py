@@ -67,10 +67,16 @@ class ClusterView:
         pools = self._engine.pools
         return pools[gpu.pool].price_per_gpu_hour if pools else 0.0
 
-    def footprint_bytes(self, model: int, gpu_share: float = 1.0) -> int:
-        """GPU memory an instance of ``model`` takes before its first KV block: its weights at ``gpu_share`` and
-        its activation and non-torch reserve. A load needs this much free memory."""
-        return self._engine.footprint_bytes(model, gpu_share)
+    def deployment_share(self, model: int) -> float:
+        """The GPU layer share of a whole copy of ``model``: its deployment's ``gpu_share`` (1.0 unless the scenario
+        keeps some of its layers on the CPU)."""
+        return self._engine.deployment_shares[model]
+
+    def footprint_bytes(self, model: int, gpu_share: float | None = None) -> int:
+        """GPU memory an instance of ``model`` takes before its first KV block: its weights at ``gpu_share`` (by
+        default its deployment's) and its activation and non-torch reserve. A load needs this much free memory."""
+        engine = self._engine
+        return engine.footprint_bytes(model, engine.deployment_shares[model] if gpu_share is None else gpu_share)
 
     def max_model_len(self, model: int) -> int:
         """The longest prompt + output the deployment accepts (requests longer are rejected at arrival)."""
@@ -142,10 +148,11 @@ class ClusterView:
     def assign(self, request: Request, instance: Instance) -> None:
         self._engine.assign(request, instance)
 
-    def load(self, model: int, gpu: Gpu, gpu_share: float = 1.0) -> Instance | None:
-        """Start loading (from the node's host-RAM copy if one is cached, else disk); returns the new
-        instance, or None if the weights do not fit."""
-        return self._engine.load(model, gpu, gpu_share)
+    def load(self, model: int, gpu: Gpu, gpu_share: float | None = None) -> Instance | None:
+        """Start loading (from the node's host-RAM copy if one is cached, else disk) at ``gpu_share`` (by default
+        the deployment's); returns the new instance, or None if the weights do not fit."""
+        engine = self._engine
+        return engine.load(model, gpu, engine.deployment_shares[model] if gpu_share is None else gpu_share)
 
     def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
                keep_prefix_cache: bool = False) -> bool:
