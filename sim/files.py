@@ -209,9 +209,16 @@ def safe_name(text: str, fallback: str) -> str:
 
 
 def _nearest_existing(path: Path) -> Path:
+    """The nearest folder (or file) at or above ``path`` that exists, following links to what they name."""
     path = Path(os.path.abspath(path))
-    while not path.exists() and path != path.parent:
-        path = path.parent
+    while path != path.parent:
+        if os.path.lexists(path):
+            _check_link(path)  # a link that loops is there but leads nowhere: OSError, not a folder to make under
+            if path.exists():
+                break
+            path = Path(os.path.realpath(path))  # a link to nothing yet: what gets made is what it names
+        else:
+            path = path.parent
     return path
 
 
@@ -235,6 +242,23 @@ def written_through(path: Path) -> Path:
 def check_output_dir(path: Path) -> Path:
     """A folder that can be created (or exists) and written to, checked before any work starts."""
     path = Path(path)
+    try:
+        return _check_output_dir(path)
+    except OSError as error:  # a name too long, a symbolic link that loops: found before the run, not after it
+        raise MmsimError(f"cannot write there ({error.strerror or error})", source=str(path)) from None
+
+
+def _check_link(path: Path) -> None:
+    """Raise OSError for a symbolic link that loops (ELOOP); one that names nothing yet is a target to create."""
+    if path.is_symlink():
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            pass
+
+
+def _check_output_dir(path: Path) -> Path:
+    _check_link(path)
     if path.exists() and not path.is_dir():
         raise MmsimError("exists and is not a folder; give a folder for the results", source=str(path))
     existing = _nearest_existing(path)
@@ -247,6 +271,14 @@ def check_output_dir(path: Path) -> Path:
 def check_output_file(path: Path) -> Path:
     """A file target that is not a folder or device, in a folder that exists (or can be created) and is writable."""
     path = Path(path)
+    try:
+        return _check_output_file(path)
+    except OSError as error:
+        raise MmsimError(f"cannot write there ({error.strerror or error})", source=str(path)) from None
+
+
+def _check_output_file(path: Path) -> Path:
+    _check_link(path)
     if path.is_dir():
         raise MmsimError("is a folder; give a file name", source=str(path))
     if path.exists() and not path.is_file():

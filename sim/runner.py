@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from sim.errors import MmsimError
-from sim.files import check_output_dir, disk_error, safe_name
+from sim.files import check_output_dir, disk_error, safe_name, written_through
 from sim.progress_bar import progress_bar
 from sim.results import write_run
 from sim.scenario import Scenario, load_scenario
@@ -109,7 +109,7 @@ def write_run_folder(result: RunResult, out_dir: Path, scenario_data: dict | Non
     An existing ``out_dir`` is moved aside first and removed after the swap, so
     at every instant ``out_dir`` is either the old run or the new one, whole.
     """
-    out_dir = Path(out_dir)
+    given, out_dir = Path(out_dir), written_through(Path(out_dir))  # through a link: the run lands there, the link stays
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     old = None
@@ -131,7 +131,7 @@ def write_run_folder(result: RunResult, out_dir: Path, scenario_data: dict | Non
         for leftover in (staging, old):
             if leftover is not None and leftover.exists():
                 shutil.rmtree(leftover, ignore_errors=True)
-    return out_dir
+    return given
 
 
 def _umask() -> int:

@@ -25,6 +25,32 @@ def test_bad_out_folder_is_refused_before_work(tmp_path, where):
     assert blocker.read_text() == "x"
 
 
+@pytest.mark.parametrize("where", ["loop", "under-loop", "long-name"])
+def test_an_out_path_the_system_refuses_is_refused_before_work(tmp_path, where):
+    """A link that loops was simulated whole and then a traceback (NotADirectoryError); a name over 255 bytes was
+    a traceback (OSError) from the output check itself, in every command that writes."""
+    (tmp_path / "loop-a").symlink_to("loop-b")
+    (tmp_path / "loop-b").symlink_to("loop-a")
+    out = {"loop": tmp_path / "loop-a", "under-loop": tmp_path / "loop-a" / "run", "long-name": tmp_path / ("x" * 300)}[where]
+    reason = "File name too long" if where == "long-name" else "Too many levels of symbolic links"
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario())
+    refused(["run", scenario, "--out", out], f"cannot write there ({reason})")
+    if where != "loop":  # loop-a.html is not the link
+        refused(["compare", scenario, "--policies", "static", "--out", f"{out}.html"], reason, cwd=tmp_path)
+        refused(["trace", "generate", "--out", f"{out}.csv", "--duration", "2", "--rate", "1", "--mix", "qwen3-8b=1"],
+                reason)
+
+
+def test_a_run_through_a_link_to_a_folder_lands_in_that_folder_and_the_link_stays(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to("target")
+    code, text = cli("run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--out", tmp_path / "link")
+    assert code == 0, text
+    assert (tmp_path / "link").is_symlink() and (target / "summary.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "s.yaml", "target"]  # nothing left beside
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_read_only_out_folder(tmp_path):
     locked = tmp_path / "locked"

@@ -6,6 +6,7 @@ traceback. Each case here is a small policy doing one wrong thing; the expected 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import textwrap
 
@@ -118,6 +119,74 @@ POLICIES = textwrap.dedent('''
 
         def setup(self, view):
             return 1 / 0
+
+
+    class LoadsBoth(Policy):
+        name = "loads-both"
+
+        def setup(self, view):
+            for model in range(len(view.model_names)):
+                view.load(model, view.gpus[model])
+
+
+    class RoutesToTheOtherModel(LoadsBoth):
+        def route(self, request, view):
+            return next(i for i in view.instances() if i.model != request.model)
+
+
+    class RoutesToANumber(LoadsBoth):
+        def route(self, request, view):
+            return 42
+
+
+    class AssignsToTheOtherModel(LoadsBoth):
+        def route(self, request, view):
+            return None
+
+        def on_arrival(self, request, view):
+            view.assign(request, next(i for i in view.instances() if i.model != request.model))
+
+
+    class FailsToStart(LoadsBoth):
+        def __init__(self, **params):
+            raise RuntimeError("no licence")
+
+
+    class LoadsModelMinusOne(Policy):
+        name = "loads-minus-one"
+
+        def setup(self, view):
+            view.load(-1, view.gpus[0])
+
+
+    class LoadsTwiceTheWeights(Policy):
+        name = "loads-share-two"
+
+        def setup(self, view):
+            view.load(0, view.gpus[0], gpu_share=2.0)
+
+
+    class UnloadsOddly(LoadsBoth):
+        def on_arrival(self, request, view):
+            view.unload(view.instances()[0], mode="banana")
+
+
+    class TimerAtNaN(LoadsBoth):
+        def setup(self, view):
+            super().setup(view)
+            view.call_at(float("nan"), lambda v: None)
+
+
+    class TimerLoop(LoadsBoth):
+        """Re-arms a timer at the same instant for ever: no model is loaded twice, so nothing evicts anything."""
+
+        def setup(self, view):
+            super().setup(view)
+
+            def again(v):
+                v.call_at(v.now, again)
+
+            view.call_at(0.5, again)
 
 
     class FailingScaler(Autoscaler):
@@ -258,3 +327,64 @@ def test_a_raising_autoscaler_file_is_one_line_exit_2(policies, tmp_path):
     assert "Traceback" not in output
     assert "autoscaler 'FailingScaler' raised RuntimeError: metrics server down (in desired, " in output, output
     assert not out.exists()
+
+
+def two_models():
+    return parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}, {"name": "qwen3-8b"}], cluster={
+        "nodes": 1, "gpus_per_node": 2, "host_memory_gb": 64}), "test")
+
+
+def two_model_burst():
+    return [RequestChunk(np.array([1.0, 1.0]), np.array(["qwen2.5-3b", "qwen3-8b"], object), np.full(2, 100),
+                         np.full(2, 10))]
+
+
+@pytest.mark.parametrize("name, expected", [
+    # Before: decoded by the other model's weights and reported completed (and "unloaded ones" rows with negative
+    # token counts in the prefix table); a number was a traceback from the engine.
+    ("RoutesToTheOtherModel", "its route sent request 0 (qwen2.5-3b) to qwen3-8b, an instance of another model; "
+                              "expected a ready or loading instance of qwen2.5-3b or None"),
+    ("RoutesToANumber", "its route gave 42 for request 0 (qwen2.5-3b); expected a ready or loading instance of "
+                        "qwen2.5-3b or None"),
+    ("AssignsToTheOtherModel", "its assign sent request 0 (qwen2.5-3b) to qwen3-8b, an instance of another model; "
+                               "expected a ready or loading instance of qwen2.5-3b"),
+])
+def test_requests_go_only_to_instances_of_their_own_model(policies, name, expected):
+    with pytest.raises(PolicyContractError) as stopped:
+        simulate(two_models(), policy=f"{policies}:{name}", chunks=two_model_burst())
+    assert str(stopped.value) == f"policy 'loads-both' ({name}) broke the policy contract at t=1.000 s: {expected}"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("LoadsModelMinusOne", "raised ValueError: model index -1 is not one of this scenario's 0..1 (in setup"),
+    ("LoadsTwiceTheWeights", "raised ValueError: gpu_share must be more than 0 and at most 1, not 2.0 (in setup"),
+    ("UnloadsOddly", "raised ValueError: mode must be 'swap' or 'recompute', not 'banana' (in on_arrival"),
+    ("TimerAtNaN", "raised ValueError: call_at needs a finite time, not nan (in setup"),
+])
+def test_the_views_actions_refuse_arguments_out_of_range(policies, name, expected):
+    """Each was taken: -1 loaded the last model, a share of 2 loaded twice the weights, an unknown unload mode
+    dropped every request it held, and a timer at NaN fired at once."""
+    with pytest.raises(PolicyContractError, match=re.escape(expected)):
+        simulate(two_models(), policy=f"{policies}:{name}", chunks=two_model_burst())
+
+
+def test_a_policy_that_raises_while_being_made_is_one_line_naming_its_file(policies, tmp_path):
+    path = tmp_path / "scenario.json"
+    import json
+    path.write_text(json.dumps(scenario_dict()))
+    done = subprocess.run([*MMSIM_CLI, "run", str(path), "--policy", f"{policies}:FailsToStart", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 2 and "Traceback" not in output, output
+    line = POLICIES.splitlines().index('        raise RuntimeError("no licence")') + 1
+    assert (f"policy '{policies}:FailsToStart' raised RuntimeError while being made: no licence (in __init__, "
+            f"{policies} line {line})") in " ".join(output.split())
+
+
+def test_a_timer_loop_is_named_as_one_not_as_models_evicting_each_other(policies):
+    from sim.engine.progress import NoProgress
+
+    with pytest.raises(NoProgress) as stopped:
+        simulate(two_models(), policy=f"{policies}:TimerLoop", chunks=two_model_burst())
+    message = str(stopped.value)
+    assert "policy timers (view.call_at) fired in that time" in message and "evict" not in message, message

@@ -82,6 +82,25 @@ def test_a_model_the_policy_never_placed_is_named():
         "serves every model)"]
 
 
+def test_a_model_an_autoscaler_could_not_give_a_gpu_is_not_blamed_on_the_policy():
+    """A fleet of six GPUs all given to one model's replicas: the other's 308 requests were said to be dropped by
+    "policy static", which never decided anything there."""
+    data = summary(per_model={"llama-3-8b": {"requests": 308, "completed": 0, "drop_reasons": {"not_placed": 308}}},
+                   slo_attainment=0.9, fleet={"autoscaler": "queue-depth", "scale_blocked": 22})
+    assert warnings(data, drops_by_model(data)) == [
+        "llama-3-8b: never given a GPU, 308 requests dropped; the autoscaler queue-depth was blocked 22 times (no "
+        "free GPU and every pool at max_nodes): raise max_nodes, or see the events' scale_blocked rows"]
+
+
+def test_a_request_too_long_for_its_instances_gpu_is_explained():
+    data = summary(per_model={"qwen3-8b": {"requests": 3, "completed": 2,
+                                           "drop_reasons": {"exceeds_instance_max_model_len": 1}}}, slo_attainment=0.9)
+    assert warnings(data, drops_by_model(data)) == [
+        "qwen3-8b: 1 request within the deployment's max_model_len (sized on the largest GPU) but not the KV room of "
+        "the instance given them, on a smaller GPU; route them to the larger GPUs (e.g. a policy file's route hook) "
+        "or place the model there"]
+
+
 def test_drop_reasons_come_from_requests_when_the_summary_lacks_them():
     data = summary(per_model={"a": {"requests": 3, "completed": 1}, "b": {"requests": 1, "completed": 1}})
     requests = pd.DataFrame({"model": ["a", "a", "a", "b"], "status": ["dropped", "dropped", "completed", "completed"],

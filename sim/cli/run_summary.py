@@ -185,7 +185,13 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
                          "the end): its instance never had the KV room or the GPU time to start one, e.g. beside "
                          "another deployment on its GPUs (a swapping policy such as swap-aware serves every model)")
         unplaced = reasons.get("model_not_served", 0) + reasons.get("not_placed", 0)
-        if unplaced:
+        fleet = summary.get("fleet") or {}
+        if unplaced and fleet.get("autoscaler", "none") != "none" and fleet.get("scale_blocked"):
+            # Under an autoscaler the pools' size, not the policy, decides who gets a GPU.
+            found.append(f"{model}: never given a GPU, {counted(unplaced, 'request')} dropped; the autoscaler "
+                         f"{fleet['autoscaler']} was blocked {counted(fleet['scale_blocked'], 'time')} (no free GPU and "
+                         "every pool at max_nodes): raise max_nodes, or see the events' scale_blocked rows")
+        elif unplaced:
             found.append(f"{model}: policy {summary.get('policy')} gave it no GPU; {unplaced:,} requests dropped "
                          "(a swapping policy such as swap-aware serves every model)")
     # Models that never ran are named above; the backlog is what served models left waiting.

@@ -110,15 +110,18 @@ class ProgressGuard:
         head = (f"{engine.policy.label}: no token computed since "
                 f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {counted(engine.outstanding, 'request')} outstanding")
         loads = sum(self.loads.values())
-        if loads:
+        if self.reloads:
             models = sorted(self.loads, key=lambda m: (-self.loads[m], m))
             named = " and ".join(f"{m} ({self.loads[m]:,} loads, {self.unloads[m]:,} unloads)" for m in models[:4])
             loop = "evict each other" if len(models) > 1 else "is loaded and unloaded over and over"
             head += f"; {loads:,} model loads in that time, {self.reloads:,} of them reloads: {named} {loop}"
         else:
+            if self.timers:  # no eviction loop: what fired over and over is the policy's own timer
+                head += f"; {self.timers:,} policy timers (view.call_at) fired in that time"
             head += f"; {self.waiting_summary()}"
         return (f"{head}. The run is stopped: the policy loops without serving anyone "
-                f"(engine.progress_max_loads / progress_horizon_s set the limits)")
+                f"(engine.progress_max_loads / progress_horizon_s set the limits; millions of events at one instant "
+                f"always stop it)")
 
     def waiting_summary(self) -> str:
         """Where the outstanding requests sit, per model: what a person needs to see why nothing runs."""

@@ -53,6 +53,26 @@ def checked_order_waiting(engine: Engine, instance: Instance) -> None:
                               "(requests move between queues only through the view's actions)")
 
 
+def check_target(engine: Engine, request: Request, target: object, hook: str) -> None:
+    """Stop the run unless ``target``, where a user's ``hook`` (route, or the view's assign) sent ``request``, is
+    a ready or loading instance of the request's model: another model's would decode it with the wrong weights,
+    and a gone one would hold it where nothing runs."""
+    from sim.engine.instance import Instance
+
+    name = engine.model_names[request.model]
+    if not isinstance(target, Instance):
+        problem = f"gave {cut(repr(target))} for request {request.id} ({name})"
+    elif target.model != request.model:
+        problem = f"sent request {request.id} ({name}) to {target.name}, an instance of another model"
+    elif not engine.routable(target):
+        problem = f"sent request {request.id} ({name}) to {target.name}, which is {target.status}"
+    else:
+        return
+    raise PolicyContractError(f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its "
+                              f"{hook} {problem}; expected a ready or loading instance of {name}"
+                              f"{' or None' if hook == 'route' else ''}")
+
+
 def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]:
     """The policy's ``waiting_leaders``, and a stop to the run unless it named requests waiting on ``instance``."""
     answer: object = engine.policy.waiting_leaders(instance, engine.view)  # a user's: anything at all

@@ -137,9 +137,23 @@ def make_policy(spec: str, params: dict | None = None):
         policy = cls(**(params or {}))
     except (TypeError, ValueError) as error:
         raise MmsimError(f"bad parameters for policy {spec!r}: {error}") from None
+    except Exception as error:
+        if cls.__module__.startswith("sim."):
+            raise  # mmsim's own defect: its traceback is the report
+        raise MmsimError(f"policy {spec!r} raised {type(error).__name__} while being made: {error}"
+                         f"{_where(error)}", field="policy.name") from None
     if not isinstance(policy, Policy):  # the engine calls its hooks as a Policy's (compiled, they are typed)
         raise MmsimError(f"policy {spec!r} is not a subclass of sim.policies.base.Policy", field="policy.name")
     return policy
+
+
+def _where(error: BaseException) -> str:
+    """`` (in FUNCTION, FILE line N)`` for the last frame of ``error`` outside mmsim, or nothing."""
+    import traceback
+
+    package = str(Path(__file__).resolve().parents[1])
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(package)]
+    return f" (in {frames[-1].name}, {frames[-1].filename} line {frames[-1].lineno})" if frames else ""
 
 
 def policy_descriptions() -> dict[str, str]:

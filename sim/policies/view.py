@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Callable
 
 from sim.errors import MmsimError
-from sim.policies.contract import checked_order_waiting
+from sim.policies.contract import check_target, checked_order_waiting
 
 if TYPE_CHECKING:  # the engine imports this module: its types are for the type checker and mypyc only
     from sim.costs import ModelCosts
@@ -146,19 +147,29 @@ class ClusterView:
 
     # -- acting ----------------------------------------------------------------------------------
     def assign(self, request: Request, instance: Instance) -> None:
-        self._engine.assign(request, instance)
+        engine = self._engine
+        if engine.checks_policy:
+            check_target(engine, request, instance, "assign")
+        engine.assign(request, instance)
 
     def load(self, model: int, gpu: Gpu, gpu_share: float | None = None) -> Instance | None:
         """Start loading (from the node's host-RAM copy if one is cached, else disk) at ``gpu_share`` (by default
         the deployment's); returns the new instance, or None if the weights do not fit."""
         engine = self._engine
-        return engine.load(model, gpu, engine.deployment_shares[model] if gpu_share is None else gpu_share)
+        if not 0 <= model < len(engine.model_names):  # -1 would load the last model
+            raise ValueError(f"model index {model!r} is not one of this scenario's 0..{len(engine.model_names) - 1}")
+        share = engine.deployment_shares[model] if gpu_share is None else gpu_share
+        if not 0 < share <= 1:
+            raise ValueError(f"gpu_share must be more than 0 and at most 1, not {share!r}")
+        return engine.load(model, gpu, share)
 
     def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
                keep_prefix_cache: bool = False) -> bool:
         """Start unloading; running requests are preempted by ``swap`` or ``recompute``. ``keep_on_host``
         keeps the weights in the node's RAM (if there is room) for a faster reload there;
         ``keep_prefix_cache`` moves the cached prefix blocks there too, to come back with the next load."""
+        if mode != "swap" and mode != "recompute":
+            raise ValueError(f"mode must be 'swap' or 'recompute', not {mode!r}")
         return self._engine.unload(instance, mode, keep_on_host, keep_prefix_cache)
 
     def shard_group(self, model: int, gpu: Gpu) -> list[Gpu] | None:
@@ -187,6 +198,8 @@ class ClusterView:
 
     def preempt(self, instance: Instance, request: Request, mode: str) -> None:
         """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
+        if mode != "swap" and mode != "recompute":
+            raise ValueError(f"mode must be 'swap' or 'recompute', not {mode!r}")
         instance.gpu.sync()
         if request.state != "running" or request.instance is not instance:
             raise ValueError(f"only a request decoding on this instance can be preempted; {request!r} is not")
@@ -196,6 +209,8 @@ class ClusterView:
     def call_at(self, time_s: float, callback: Callable[[ClusterView], object]) -> None:
         """Run ``callback(view)`` at simulated time ``time_s`` (timers for quanta and deadlines)."""
         env = self._engine.env
+        if not math.isfinite(time_s):  # NaN fired at once, and a timer at infinity never does
+            raise ValueError(f"call_at needs a finite time, not {time_s!r}")
         timer = env.timeout(max(0.0, time_s - env.now))
 
         def fire(_event: object) -> None:
