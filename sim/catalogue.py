@@ -13,6 +13,7 @@ Models outside the catalogue are described by a Hugging Face ``config.json``
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -185,6 +186,8 @@ def get_model(name: str) -> ModelSpec:
 # -- Hugging Face config.json --------------------------------------------------------------------
 QKV_BIAS_FAMILIES = {"qwen2", "qwen2_moe"}  # Qwen2's attention projections always carry biases
 QK_NORM_FAMILIES = {"qwen3", "qwen3_moe"}
+EXPERT_COUNT = ("num_experts", "num_local_experts", "n_routed_experts")
+EXPERTS_PER_TOKEN = ("num_experts_per_tok", "num_experts_per_token")
 UNTIED_BY_DEFAULT = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
 """Families whose config class defaults ``tie_word_embeddings`` to false (transformers' base default is true)."""
 
@@ -195,7 +198,8 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
     Reads layers, hidden size, heads, KV heads (default: the heads), head dim (default: hidden / heads),
     FFN size, vocabulary, tied embeddings, Qwen2 biases / Qwen3 q-k norms by ``model_type``, and MoE
     fields (``num_experts`` / ``num_local_experts`` / ``n_routed_experts``, ``num_experts_per_tok``,
-    ``moe_intermediate_size``, shared experts) where present. A missing field is a one-line error naming it.
+    ``moe_intermediate_size``, shared experts) where present. A missing or impossible field is a one-line
+    error naming it.
     """
     from sim.files import load_json
 
@@ -204,54 +208,95 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
     if not isinstance(data, dict):
         raise MmsimError("expected a JSON object (a Hugging Face config.json)", source=source)
     text_config = data.get("text_config")
-    config: dict = text_config if isinstance(text_config, dict) else data
-    family = str(config.get("model_type", data.get("model_type", "unknown")))
-
-    def number(key: str, *aliases: str, default: int | None = None) -> int:
-        for candidate in (key, *aliases):
-            value = config.get(candidate)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise MmsimError(f"expected a non-negative integer, got {value!r}", source=source, field=candidate)
-                return value
-        if default is None:
-            names = " or ".join((key, *aliases))
-            raise MmsimError(f"missing field {names} (needed for the architecture)", source=source, field=key)
-        return default
-
-    layers = number("num_hidden_layers", "n_layer", "num_layers")
-    hidden = number("hidden_size", "n_embd", "d_model")
-    heads = number("num_attention_heads", "n_head")
-    if heads == 0 or layers == 0 or hidden == 0:
-        raise MmsimError("num_hidden_layers, hidden_size and num_attention_heads must be positive", source=source)
-    kv_heads = number("num_key_value_heads", default=heads)
-    if not 1 <= kv_heads <= heads or heads % kv_heads:
-        raise MmsimError(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}", source=source,
-                         field="num_key_value_heads")
-    if "head_dim" not in config and hidden % heads:
-        raise MmsimError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}; give head_dim",
-                         source=source, field="hidden_size")
-    experts = number("num_experts", "num_local_experts", "n_routed_experts", default=0)
-    moe_ffn = number("moe_intermediate_size", default=0) if experts else 0
-    if experts and not moe_ffn:
-        moe_ffn = number("intermediate_size")
-    shared = 0
-    if experts:
-        shared = number("shared_expert_intermediate_size", default=0) or number("n_shared_experts", default=0) * moe_ffn
-    tied = config.get("tie_word_embeddings", data.get("tie_word_embeddings", family not in UNTIED_BY_DEFAULT))
-    spec = ModelSpec(
+    fields = _ConfigFields(text_config if isinstance(text_config, dict) else data, data, source)
+    family = str(fields.config.get("model_type", data.get("model_type", "unknown")))
+    layers, hidden, heads, kv_heads, head_dim = _attention_shape(fields)
+    experts, per_token, moe_ffn, shared = _experts(fields)
+    return ModelSpec(
         name=name, hf_id=str(data.get("_name_or_path", "") or source), family=family,
-        num_layers=layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=kv_heads, head_dim=number("head_dim", default=hidden // heads),
-        ffn_size=number("intermediate_size", "n_inner", default=moe_ffn if experts else None),
-        vocab_size=number("vocab_size"), tied_embeddings=bool(tied),
-        qkv_bias=bool(config.get("attention_bias", family in QKV_BIAS_FAMILIES)),
+        num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+        ffn_size=fields.whole("intermediate_size", "n_inner", default=moe_ffn if experts else None),
+        vocab_size=fields.whole("vocab_size"),
+        tied_embeddings=fields.flag("tie_word_embeddings", default=family not in UNTIED_BY_DEFAULT),
+        qkv_bias=fields.flag("attention_bias", default=family in QKV_BIAS_FAMILIES, outer=False),
         qk_norm=family in QK_NORM_FAMILIES,
-        num_experts=experts,
-        experts_per_token=number("num_experts_per_tok", "num_experts_per_token", default=0 if not experts else None),
-        moe_ffn_size=moe_ffn, shared_ffn_size=shared,
+        num_experts=experts, experts_per_token=per_token, moe_ffn_size=moe_ffn, shared_ffn_size=shared,
     )
-    return spec
+
+
+class _ConfigFields:
+    """The fields of one config.json (its ``text_config`` for a multimodal model), each checked as it is read:
+    a zero head size divided by zero deep in a run, and ``bool("no")`` is True."""
+
+    def __init__(self, config: dict, outer: dict, source: str):
+        self.config, self.outer, self.source = config, outer, source
+
+    def given(self, *names: str) -> str | None:
+        """The first of ``names`` the config sets (JSON null counts as unset, as in transformers)."""
+        return next((candidate for candidate in names if self.config.get(candidate) is not None), None)
+
+    def whole(self, key: str, *aliases: str, default: int | None = None, minimum: int = 1) -> int:
+        """A whole number >= ``minimum`` under ``key`` or an alias; ``default`` when none is set (None: required)."""
+        found = self.given(key, *aliases)
+        if found is None:
+            if default is None:
+                raise self.error(f"missing field {' or '.join((key, *aliases))} (needed for the architecture)", key)
+            return default
+        value = self.config[found]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            expected = "a positive whole number" if minimum == 1 else f"a whole number >= {minimum}"
+            raise self.error(f"expected {expected}, got {_as_written(value)}", found)
+        return value
+
+    def flag(self, key: str, default: bool, outer: bool = True) -> bool:
+        """A JSON boolean under ``key`` (also looked up beside ``text_config`` when ``outer``), else ``default``."""
+        value = self.config.get(key, self.outer.get(key) if outer else None)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(f"expected true or false, got {_as_written(value)}", key)
+        return value
+
+    def error(self, message: str, field: str | None) -> MmsimError:
+        return MmsimError(message, source=self.source, field=field)
+
+
+def _as_written(value: object) -> str:
+    """A JSON value as the file spells it (``true``, not Python's ``True``), cut for a message."""
+    from sim.files import cut
+
+    return cut(json.dumps(value))
+
+
+def _attention_shape(fields: _ConfigFields) -> tuple[int, int, int, int, int]:
+    """(layers, hidden size, heads, KV heads, head dim), the heads splitting the hidden size evenly."""
+    layers = fields.whole("num_hidden_layers", "n_layer", "num_layers")
+    hidden = fields.whole("hidden_size", "n_embd", "d_model")
+    heads = fields.whole("num_attention_heads", "n_head")
+    kv_heads = fields.whole("num_key_value_heads", default=heads, minimum=0)
+    if not 1 <= kv_heads <= heads or heads % kv_heads:
+        raise fields.error(f"num_key_value_heads {kv_heads} must divide num_attention_heads {heads}",
+                           "num_key_value_heads")
+    if fields.given("head_dim") is None and hidden % heads:
+        raise fields.error(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads}; give head_dim",
+                           "hidden_size")
+    return layers, hidden, heads, kv_heads, fields.whole("head_dim", default=hidden // heads)
+
+
+def _experts(fields: _ConfigFields) -> tuple[int, int, int, int]:
+    """(routed experts, experts per token, each expert's FFN size, shared experts' FFN size); a dense model's
+    are 0 but for any experts per token its config gives (kept as read: no cost depends on it)."""
+    experts = fields.whole(*EXPERT_COUNT, default=0, minimum=0)
+    if not experts:
+        return 0, fields.whole(*EXPERTS_PER_TOKEN, default=0, minimum=0), 0, 0
+    per_token = fields.whole(*EXPERTS_PER_TOKEN)
+    if per_token > experts:
+        raise fields.error(f"{per_token} is more than {fields.given(*EXPERT_COUNT)} {experts}",
+                           fields.given(*EXPERTS_PER_TOKEN))
+    moe_ffn = fields.whole("moe_intermediate_size", default=0, minimum=0) or fields.whole("intermediate_size")
+    shared = (fields.whole("shared_expert_intermediate_size", default=0, minimum=0)
+              or fields.whole("n_shared_experts", default=0, minimum=0) * moe_ffn)
+    return experts, per_token, moe_ffn, shared
 
 
 _CONFIG_FOLDER: ContextVar[Path | None] = ContextVar("config_folder", default=None)

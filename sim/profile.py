@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sim.errors import MmsimError, validate_mapping
 from sim.files import load_json
+from sim.fleet.config import MAX_GPUS_PER_NODE
 
 SCHEMA_VERSION = 1
 MAX_COST_S = 1e4
@@ -94,7 +95,7 @@ class Strict(BaseModel):
             for name, value in data.items():
                 field = cls.model_fields.get(name)
                 if field is not None and isinstance(value, (str, bool)) and _numeric(field.annotation):
-                    raise ValueError(f"{name} must be a number, not {value!r:.40}")
+                    raise ValueError(f"{name} must be a number, not {json.dumps(value)[:40]}")  # as the file has it
         return data
 
 
@@ -116,7 +117,9 @@ class MigSlice(Strict):
 class GpuInfo(Sourced):
     name: str
     memory_bytes: int = Positive
-    gpus_per_node: int = Field(default=1, ge=1)
+    # Bounded as a scenario's cluster.gpus_per_node is: the profile's value stands in for it, and the simulator
+    # builds every GPU of a node (10**8 of them exhausted memory).
+    gpus_per_node: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE)
     pcie_generation: int | None = None
     pcie_width: int | None = None
     driver: str | None = None
@@ -328,14 +331,21 @@ class Profile(Strict):
     models: dict[str, ModelCosts] = Field(default_factory=dict)
     validation: dict = Field(default_factory=dict)
 
-    @model_validator(mode="before")
+    @field_validator("schema_version", mode="before")
     @classmethod
-    def _check_version(cls, data):
-        if isinstance(data, dict) and data.get("schema_version") not in (None, SCHEMA_VERSION):
-            raise ValueError(
-                f"schema_version {data.get('schema_version')!r} is not supported; this mmsim reads version {SCHEMA_VERSION}"
-            )
-        return data
+    def _check_version(cls, version):
+        if type(version) is not int:  # 1.0 == 1 (and True == 1): a version is written as a whole number
+            raise ValueError(f"{json.dumps(version)[:40]} is not a whole number; write {SCHEMA_VERSION}")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"version {version} is not supported; this mmsim reads version {SCHEMA_VERSION}")
+        return version
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        if not name.strip():  # messages name the profile: "profile  cannot meet the scenario's SLOs"
+            raise ValueError("must not be empty or blank (messages and reports name the profile by it)")
+        return name
 
     def provenance(self) -> dict[str, str]:
         """Where each group of numbers came from, for reports."""

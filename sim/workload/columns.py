@@ -47,11 +47,18 @@ def parse_prefix_ids(value, text: bool):
     else:
         if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
             return False
-        items, convert = value, operator.index
+        items, convert = value, _whole
     try:
         return tuple(map(convert, items)) or None
     except (TypeError, ValueError):
         return False
+
+
+def _whole(value) -> int:
+    """An id of a JSON or Parquet list; ``true`` is no number here as anywhere (``operator.index(True)`` is 1)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("a boolean is not a whole number")
+    return operator.index(value)
 
 
 def optional_columns(chunk: RequestChunk) -> tuple[str, ...]:
