@@ -184,3 +184,9 @@ def test_parse_prefix_ids_still_takes_numpy_integers():
 def test_a_csv_prefix_of_true_is_a_bad_row(tmp_path):
     trace = write(tmp_path / "t.csv", TRACE_HEADER.strip() + ",prefix_ids\n0.5,qwen2.5-3b,10,5,1 true\n")
     refused(["trace", "stats", trace], f"{trace}: line 2: {PREFIX_REASON}")
+
+
+def test_a_trace_cell_true_is_echoed_as_the_file_wrote_it(tmp_path):
+    trace = write(tmp_path / "t.jsonl", '{"arrival_s": 0.1, "model": "qwen2.5-3b", "prompt_tokens": true, '
+                                        '"output_tokens": 5}\n')
+    refused(["trace", "stats", trace], "line 1: prompt_tokens true is not a whole number")

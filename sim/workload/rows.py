@@ -179,4 +179,6 @@ def _show(values, i: int) -> str:
         return "(missing)"
     if isinstance(value, (float, np.floating)) and float(value).is_integer() and abs(float(value)) < 2**53:
         return str(int(value))  # a column with a gap is read as floats: -1 was written, not -1.0
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"  # as the file wrote it, not Python's True
     return repr(cut(value)) if isinstance(value, str) else cut(value)
