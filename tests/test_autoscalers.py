@@ -7,10 +7,13 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.fleet.autoscalers import ModelSignals, make_autoscaler
+from sim.fleet.controller import WindowMax
 
-from conftest import scenario_dict
+from conftest import scenario_dict, wall_clock_limit
 from test_bad_input import cli
 
 
@@ -61,6 +64,53 @@ def test_a_users_autoscaler_file(tmp_path):
                     "class Twice(Autoscaler):\n    name = 'twice'\n"
                     "    def desired(self, signals):\n        return 2 * max(signals.replicas, 1), 'twice'\n")
     assert make_autoscaler(f"{path}:Twice").desired(signals(replicas=3))[0] == 6
+
+
+def test_the_window_holds_the_highest_count_asked_for_within_it():
+    window = WindowMax(30.0, 0.0, 1)
+    # 4 at 10 s outlasts the 2 after it and is held through 40 s (the window's edge counts); then the 2 at 20 s,
+    # then the 1 at 41 s.
+    held = [window.push(now, count) for now, count in [(10.0, 4), (20.0, 2), (40.0, 1), (41.0, 1), (51.0, 0)]]
+    assert held == [4, 4, 4, 2, 1]
+    window.clear()  # scaled to zero: nothing asked for before counts
+    assert window.push(60.0, 0) == 0
+
+
+STEPS = st.lists(st.one_of(st.just("clear"), st.tuples(st.sampled_from([0.0, 0.001, 0.1, 1.0, 14.9, 15.0, 15.1, 300.0]),
+                                                       st.integers(0, 12))), max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(span_s=st.sampled_from([0.0, 0.001, 15.0, 300.0]), start=st.integers(0, 12), steps=STEPS)
+def window_is_the_brute_force_maximum(span_s, start, steps):
+    window = WindowMax(span_s, 0.0, start)
+    asked = [(0.0, start)]  # every count since the last clear: the whole window the controller once kept
+    now = 0.0
+    for step in steps:
+        if step == "clear":
+            window.clear()
+            asked.clear()
+            continue
+        gap_s, count = step
+        now += gap_s
+        asked.append((now, count))
+        assert window.push(now, count) == max(c for t, c in asked if not t < now - span_s)
+        kept = [c for _, c in window.kept]
+        assert kept == sorted(set(kept), reverse=True)  # falling: at most one entry a distinct count
+
+
+def test_the_windows_maximum_is_the_brute_force_maximum_on_random_decisions():
+    with wall_clock_limit(120):
+        window_is_the_brute_force_maximum()
+
+
+def test_a_window_of_many_decisions_keeps_one_entry_a_distinct_count():
+    # Decisions every 1 ms in the 300 s window (interval_s at its minimum): 100,000 asks, all within the window, of 5
+    # counts (2, 4, 1, 3, 0 over and over). A window that kept them all took the maximum over 100,000 each time.
+    window = WindowMax(300.0, 0.0, 1)
+    held = [window.push(i * 0.001, i * 7 % 5) for i in range(1, 100_001)]
+    assert held[:3] == [2, 4, 4] and held[-1] == 4
+    assert [count for _, count in window.kept] == [4, 3, 0]
 
 
 def _pools(*pools, **cluster):

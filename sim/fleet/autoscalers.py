@@ -9,16 +9,20 @@ the queue), ``queue-depth`` and ``kv-utilisation`` watch what the Gateway API in
 exposes per pod. ``predictive`` forecasts the arrival rate one cold start ahead (Holt's linear trend,
 as an exponentially weighted level and slope) and provisions for it, in the spirit of DynamoLLM.
 
-A user's autoscaler is a subclass in ``path/to/file.py:ClassName``, or a ``mmsim.autoscalers`` entry point.
+A user's autoscaler is a subclass in ``path/to/file.py:ClassName``, or a ``mmsim.autoscalers`` entry point; the
+controller holds every answer to the form :func:`checked_answer` names.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from sim.errors import MmsimError
+from sim.files import counted, cut
+from sim.policies.contract import PolicyContractError
 from sim.policies.registry import apply_params, check_params, entry_point_class, is_policy_file, load_class_from_file
 
 TOLERANCE = 0.1
@@ -76,6 +80,41 @@ class Autoscaler:
         one's own) leaves it to the controller, which takes the same answer through those windows as rest; an
         autoscaler whose answer changes with the clock alone (a schedule) returns False until its time."""
         return True if self.memoryless else None
+
+
+ANSWER_FORM = "(whole number >= 0, reason text)"
+"""What ``desired()`` must return: a replica count and the signal behind it."""
+
+
+def checked_answer(autoscaler: Autoscaler, signals: ModelSignals, answer: object) -> tuple[int, str]:
+    """``answer``, what ``autoscaler.desired(signals)`` returned, as (count, reason); a stop to the run, naming the
+    autoscaler and the answer, unless it is a whole number >= 0 and a text."""
+    if type(answer) is tuple and len(answer) == 2 and type(answer[0]) is int and answer[0] >= 0 \
+            and type(answer[1]) is str:
+        return answer  # every built-in's answer: a few type checks a decision, where a decision costs microseconds
+    problem = _answer_problem(answer)
+    if problem:
+        raise PolicyContractError(f"autoscaler {type(autoscaler).__name__!r} broke the autoscaler contract at "
+                                  f"t={signals.now:.3f} s: its desired() for {signals.model} returned "
+                                  f"{cut(repr(answer))} ({problem}); desired() must return {ANSWER_FORM}")
+    count, reason = cast("tuple[numbers.Integral, str]", answer)  # checked above
+    return int(count), str(reason)
+
+
+def _answer_problem(answer: object) -> str:
+    """What is wrong with an answer of ``desired()``, or nothing (a NumPy integer, or an int or str subclass, will do)."""
+    if not isinstance(answer, tuple):
+        return f"type {type(answer).__name__}, not a pair"
+    if len(answer) != 2:
+        return f"{counted(len(answer), 'item')}, not 2"
+    count, reason = answer
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral):  # True would count as 1
+        return f"count of type {type(count).__name__}, not a whole number"
+    if count < 0:
+        return "count below 0"
+    if not isinstance(reason, str):
+        return f"reason of type {type(reason).__name__}, not text"
+    return ""
 
 
 def proportional(current: int, metric: float, target: float) -> int:

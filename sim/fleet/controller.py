@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Generator
 import simpy
 
 from sim.engine.stillness import INF, first_on_grid, next_change_s
-from sim.fleet.autoscalers import Autoscaler, ModelSignals
+from sim.fleet.autoscalers import Autoscaler, ModelSignals, checked_answer
 from sim.fleet.coldstart import expected_start_s, instance_stages
 from sim.fleet.cost import physical_gpus_per_node
 
@@ -32,6 +32,32 @@ if TYPE_CHECKING:
 
 SERVING = ("ready", "loading", "starting")
 BY_ID = attrgetter("id")
+
+
+class WindowMax:
+    """The highest replica count asked for within the last ``span_s`` seconds: HPA's stabilisation window.
+
+    A monotonic deque: a count stays only while no count asked for later is as high, for a later one outlasts it
+    in the window. The counts kept fall from the oldest to the newest, the oldest is the highest, and each count
+    goes in and out once: O(1) amortised a decision, however many decisions the window spans (a whole-window
+    maximum at every decision made a run quadratic in 1 / ``interval_s``)."""
+
+    def __init__(self, span_s: float, now: float, count: int):
+        self.span_s = span_s
+        self.kept: deque[tuple[float, int]] = deque([(now, count)])
+
+    def push(self, now: float, count: int) -> int:
+        """Take ``count``, asked for at ``now`` (never before the last push); the highest within the window."""
+        kept = self.kept
+        while kept and kept[-1][1] <= count:
+            kept.pop()
+        kept.append((now, count))
+        while kept[0][0] < now - self.span_s:
+            kept.popleft()
+        return kept[0][1]
+
+    def clear(self) -> None:
+        self.kept.clear()
 
 
 class FleetController:
@@ -52,7 +78,8 @@ class FleetController:
         self.capacity = [self._capacity(m) for m in models]
         # The stabilisation window starts out holding the replicas the run starts with, as if they had been
         # asked for: a fleet is not scaled down within its first window.
-        self.wanted: list[deque[tuple[float, int]]] = [deque([(0.0, len(engine.instances_by_model[m]))]) for m in models]
+        window_s = self.config.scale_down_window_s
+        self.wanted = [WindowMax(window_s, 0.0, len(engine.instances_by_model[m])) for m in models]
         self.booked: dict[int, list[int]] = {}  # node being provisioned -> models to start there once it is up
         self.empty_since: dict[int, float] = {}
         self.peak_nodes = [sum(1 for n in engine.nodes if n.pool == layout.index and n.billed) for layout in layouts]
@@ -111,7 +138,7 @@ class FleetController:
         answers = []
         for model in range(len(self.engine.model_names)):
             signals = self.signals(model, now)
-            answer = self.autoscaler.desired(signals)
+            answer = checked_answer(self.autoscaler, signals, self.autoscaler.desired(signals))
             wanted, reason = self._bounded(model, signals, now, answer)
             rest = self.autoscaler.at_rest(signals.model)
             still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
@@ -147,11 +174,7 @@ class FleetController:
         wanted = min(max(wanted, floor), config.max_replicas)
         if wanted > self.capacity[model]:
             wanted, reason = self.capacity[model], reason + f"; capped at the {self.capacity[model]} instances the pools hold"
-        window = self.wanted[model]
-        window.append((now, wanted))
-        while window[0][0] < now - config.scale_down_window_s:
-            window.popleft()
-        held = max(count for _, count in window)
+        held = self.wanted[model].push(now, wanted)
         if wanted < signals.replicas and held > wanted:
             return min(held, signals.replicas), reason + f"; held by the {config.scale_down_window_s:g} s window"
         return wanted, reason

@@ -1,0 +1,101 @@
+"""What a user's autoscaler answers is checked at every decision: a whole number >= 0 and a reason text, else the
+run stops in one line, exit 2, naming the autoscaler, what it returned and what it should have; a count past
+what the pools hold is capped, as the built-ins' counts are."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.fleet.autoscalers import Autoscaler, checked_answer
+from sim.policies.contract import PolicyContractError
+
+from conftest import scenario_dict
+from test_autoscalers import signals
+from test_bad_input import cli
+
+EXPECTED = "desired() must return (whole number >= 0, reason text)"
+
+
+class Mine(Autoscaler):
+    """Stands for a user's autoscaler: its answers are given to the check directly."""
+
+
+@pytest.mark.parametrize("answer, shown", [
+    ((2.5, "x"), "(2.5, 'x') (count of type float, not a whole number)"),
+    ((float("nan"), "x"), "(nan, 'x') (count of type float, not a whole number)"),
+    ((float("inf"), "x"), "(inf, 'x') (count of type float, not a whole number)"),
+    ((np.float64(2.0), "x"), "(np.float64(2.0), 'x') (count of type float64, not a whole number)"),
+    ((True, "x"), "(True, 'x') (count of type bool, not a whole number)"),
+    (("3", "x"), "('3', 'x') (count of type str, not a whole number)"),
+    ((-1, "x"), "(-1, 'x') (count below 0)"),
+    ((3, None), "(3, None) (reason of type NoneType, not text)"),
+    (3, "3 (type int, not a pair)"),
+    (None, "None (type NoneType, not a pair)"),
+    ([3, "x"], "[3, 'x'] (type list, not a pair)"),
+    ((3,), "(3,) (1 item, not 2)"),
+    ((3, "x", "y"), "(3, 'x', 'y') (3 items, not 2)"),
+    # The answer's text is 209 characters (7 before the y's, 2 after): its first 80 are shown.
+    ((0.5, "y" * 200), f"(0.5, '{'y' * 73}... (209 characters) (count of type float, not a whole number)"),
+])
+def test_a_wrong_answer_is_named_with_what_was_expected(answer, shown):
+    with pytest.raises(PolicyContractError) as caught:
+        checked_answer(Mine(), signals(), answer)
+    assert str(caught.value) == (f"autoscaler 'Mine' broke the autoscaler contract at t=100.000 s: its desired() for m "
+                                 f"returned {shown}; {EXPECTED}")
+
+
+@pytest.mark.parametrize("answer, taken", [
+    ((0, "none"), (0, "none")),
+    ((3, "q"), (3, "q")),
+    ((10**30, "all"), (10**30, "all")),  # a real count: capped later, with a word in the event (below)
+    ((np.int64(3), "q"), (3, "q")),
+])
+def test_a_whole_number_and_a_text_are_taken_as_python_values(answer, taken):
+    count, reason = checked_answer(Mine(), signals(), answer)
+    assert (count, reason) == taken and type(count) is int and type(reason) is str
+
+
+AUTOSCALERS = """from sim.fleet.autoscalers import Autoscaler
+
+
+class FloatCount(Autoscaler):
+    def desired(self, signals):
+        return 2.5, "float"
+
+
+class Huge(Autoscaler):
+    def desired(self, signals):
+        return 10**30, "huge"
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    (tmp_path / "mine.py").write_text(AUTOSCALERS)
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(scenario_dict(autoscaler={"name": "queue-depth", "interval_s": 10.0})))
+    return path
+
+
+def test_a_run_whose_autoscaler_answers_a_float_stops_in_one_line_exit_2(scenario, tmp_path):
+    code, output = cli("run", scenario, "--autoscaler", f"{tmp_path}/mine.py:FloatCount", "--out", tmp_path / "out")
+    assert code == 2, output
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1, output
+    # The first decision is at one interval, for the scenario's first model.
+    assert ("autoscaler 'FloatCount' broke the autoscaler contract at t=10.000 s: its desired() for qwen2.5-3b "
+            f"returned (2.5, 'float') (count of type float, not a whole number); {EXPECTED}") in output, output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_count_past_the_pools_is_capped_at_what_they_hold(scenario, tmp_path):
+    code, output = cli("run", scenario, "--autoscaler", f"{tmp_path}/mine.py:Huge", "--out", tmp_path / "out")
+    assert code == 0, output
+    events = pd.read_parquet(tmp_path / "out" / "events.parquet")
+    ups = events[events["kind"] == "scale_up"]
+    # One node of 2 GPUs and one GPU an instance: 2 instances of each model at most, 1 of each to start with.
+    assert set(ups["detail"]) == {"replicas 1->2: huge; capped at the 2 instances the pools hold"}
+    assert set(ups["model"]) == {"qwen2.5-3b", "qwen3-8b"}
