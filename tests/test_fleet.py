@@ -199,3 +199,21 @@ def test_instances_emptied_together_unload_oldest_first_whatever_the_set_order()
     controller.engine = engine
     controller._unload_emptied()
     assert unloaded == [1, 2, 3, 4] and not engine.retiring
+
+
+def test_a_model_waiting_for_its_first_replica_gets_room_when_another_fills_the_pools():
+    """Found by an input hunt: from zero nodes, queue-depth gave the first model a replica on each of the pool's
+    GPUs and the second model's every scale-up was blocked (all its requests dropped as never placed). Where the
+    pools are full, a model now leaves one instance's room for each other model waiting for its first replica."""
+    pool = {"name": "h100", "nodes": 0, "min_nodes": 0, "max_nodes": 2, "gpus_per_node": 2, "price_per_gpu_hour": 3.6}
+    models = [{"name": "qwen2.5-3b"}, {"name": "llama-3-8b"}]
+    scenario = fleet_scenario(pool=pool, models=models,
+                              autoscaler={"name": "queue-depth", "interval_s": 10.0, "params": {"target": 1.0}})
+    times = np.repeat(np.arange(1.0, 41.0), 2)  # 40 of each model, together: each wants every GPU
+    chunk = [RequestChunk(times, np.array(["qwen2.5-3b", "llama-3-8b"] * 40, object), np.full(80, 100, np.int64),
+                          np.full(80, 200, np.int64))]
+    result = simulate(scenario, chunks=chunk)
+    frame = result.requests
+    assert set(frame["status"]) == {"completed"}, frame["drop_reason"].value_counts()
+    first_up = events_of(result, "scale_up").groupby("model")["detail"].first()
+    assert "room left for the first replica of 1 other model" in first_up["qwen2.5-3b"]

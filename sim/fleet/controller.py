@@ -21,6 +21,7 @@ import simpy
 from sim.engine.stillness import INF, first_on_grid, next_change_s
 from sim.fleet.autoscalers import Autoscaler, ModelSignals, checked_answer
 from sim.fleet.coldstart import expected_start_s, instance_stages
+from sim.files import counted
 from sim.fleet.cost import physical_gpus_per_node
 
 if TYPE_CHECKING:
@@ -136,10 +137,11 @@ class FleetController:
         logged = len(self.engine.recorder.events)
         still = True
         answers = []
+        unserved = self._unserved()
         for model in range(len(self.engine.model_names)):
             signals = self.signals(model, now)
             answer = checked_answer(self.autoscaler, signals, self.autoscaler.desired(signals))
-            wanted, reason = self._bounded(model, signals, now, answer)
+            wanted, reason = self._bounded(model, signals, now, answer, len(unserved - {model}))
             rest = self.autoscaler.at_rest(signals.model)
             still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
                 and rest is not False
@@ -160,8 +162,20 @@ class FleetController:
             self.still_since_s = INF
         return still and len(self.engine.recorder.events) == logged
 
-    def _bounded(self, model: int, signals: ModelSignals, now: float, answer: tuple[int, str]) -> tuple[int, str]:
-        """The autoscaler's ``answer`` within the scenario's bounds, scale-to-zero and the stabilisation window."""
+    def _unserved(self) -> set[int]:
+        """Models with requests waiting and no replica, serving, starting or booked."""
+        engine = self.engine
+        booked = {model for models in self.booked.values() for model in models}
+        return {model for model, queue in enumerate(engine.pending) if queue and model not in booked
+                and not any(i.status in SERVING and i not in engine.retiring for i in engine.instances_by_model[model])}
+
+    def _bounded(self, model: int, signals: ModelSignals, now: float, answer: tuple[int, str],
+                 unserved_others: int = 0) -> tuple[int, str]:
+        """The autoscaler's ``answer`` within the scenario's bounds, scale-to-zero and the stabilisation window.
+
+        Where the pools are full, a model leaves one instance's room to each other model that has requests
+        waiting and no replica: a first replica comes before a model's next (without it, one model's scale-up
+        could take every GPU and leave another's requests waiting to the end)."""
         config = self.config
         wanted, reason = answer
         timeout_s = config.idle_timeout_s(self.engine.model_names[model])
@@ -174,8 +188,12 @@ class FleetController:
         wanted = min(max(wanted, floor), config.max_replicas)
         if wanted > self.capacity[model]:
             wanted, reason = self.capacity[model], reason + f"; capped at the {self.capacity[model]} instances the pools hold"
+        making_room = unserved_others > 0 and wanted > max(1, self.capacity[model] - unserved_others)
+        if making_room:
+            wanted = max(1, self.capacity[model] - unserved_others)
+            reason += f"; room left for the first replica of {counted(unserved_others, 'other model')}"
         held = self.wanted[model].push(now, wanted)
-        if wanted < signals.replicas and held > wanted:
+        if wanted < signals.replicas and held > wanted and not making_room:
             return min(held, signals.replicas), reason + f"; held by the {config.scale_down_window_s:g} s window"
         return wanted, reason
 
