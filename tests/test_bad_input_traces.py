@@ -55,7 +55,7 @@ def test_parquet_timestamp_and_boolean_columns(tmp_path):
             "prompt_tokens", "bool")
     jsonl = write(tmp_path / "c.jsonl", '{"arrival_s": 0, "model": "qwen3-8b", "prompt_tokens": true, '
                                         '"output_tokens": 5}\n')
-    refused(["trace", "stats", jsonl], "line 1", "prompt_tokens True")
+    refused(["trace", "stats", jsonl], "line 1", "prompt_tokens true")
 
 
 def test_a_model_no_scenario_serves_is_noted_by_import_and_refused_by_run(tmp_path):

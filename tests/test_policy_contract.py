@@ -357,7 +357,7 @@ def test_requests_go_only_to_instances_of_their_own_model(policies, name, expect
 
 @pytest.mark.parametrize("name, expected", [
     ("LoadsModelMinusOne", "raised ValueError: model index -1 is not one of this scenario's 0..1 (in setup"),
-    ("LoadsTwiceTheWeights", "raised ValueError: gpu_share must be more than 0 and at most 1, not 2.0 (in setup"),
+    ("LoadsTwiceTheWeights", "raised ValueError: gpu_share must be from 0 to 1, not 2.0 (in setup"),
     ("UnloadsOddly", "raised ValueError: mode must be 'swap' or 'recompute', not 'banana' (in on_arrival"),
     ("TimerAtNaN", "raised ValueError: call_at needs a finite time, not nan (in setup"),
 ])

@@ -159,8 +159,8 @@ class ClusterView:
         if not 0 <= model < len(engine.model_names):  # -1 would load the last model
             raise ValueError(f"model index {model!r} is not one of this scenario's 0..{len(engine.model_names) - 1}")
         share = engine.deployment_shares[model] if gpu_share is None else gpu_share
-        if not 0 < share <= 1:
-            raise ValueError(f"gpu_share must be more than 0 and at most 1, not {share!r}")
+        if not 0 <= share <= 1:  # 0: every layer on the CPU (the paper's fully offloaded runs)
+            raise ValueError(f"gpu_share must be from 0 to 1, not {share!r}")
         return engine.load(model, gpu, share)
 
     def unload(self, instance: Instance, mode: str = "swap", keep_on_host: bool = False,
