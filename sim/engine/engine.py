@@ -29,7 +29,7 @@ from sim.engine.routing import Router
 from sim.engine.request import NAN, Request
 from sim.engine.transfers import Node
 from sim.policies.base import Policy
-from sim.policies.contract import check_target, is_user_code
+from sim.policies.contract import checked_route, is_user_code
 
 
 @dataclass(frozen=True)
@@ -192,9 +192,12 @@ class Engine:
         self.outstanding += 1
         arrived = self.arrivals_by_model  # ``[model] += 1`` written out: compiled, the augmented form is generic
         arrived[request.model] = arrived[request.model] + 1
-        instance = self.policy.route(request, self.view) if self.routes_itself else self.router.pick(self, request)
-        if instance is not None and self.checks_policy:
-            check_target(self, request, instance, "route")
+        if not self.routes_itself:
+            instance = self.router.pick(self, request)
+        elif self.checks_policy:
+            instance = checked_route(self, request)
+        else:
+            instance = self.policy.route(request, self.view)
         if instance is not None:
             self.assign(request, instance)
         else:

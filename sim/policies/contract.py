@@ -73,6 +73,15 @@ def check_target(engine: Engine, request: Request, target: object, hook: str) ->
                               f"{' or None' if hook == 'route' else ''}")
 
 
+def checked_route(engine: Engine, request: Request) -> Instance | None:
+    """The user's policy's ``route`` answer, once :func:`check_target` passed it (the compiled engine would refuse a
+    wrong type itself, in a traceback from mmsim's code)."""
+    answer: object = engine.policy.route(request, engine.view)
+    if answer is not None:
+        check_target(engine, request, answer, "route")
+    return cast("Instance | None", answer)
+
+
 def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]:
     """The policy's ``waiting_leaders``, and a stop to the run unless it named requests waiting on ``instance``."""
     answer: object = engine.policy.waiting_leaders(instance, engine.view)  # a user's: anything at all
