@@ -56,7 +56,7 @@ def _whole_cells(title: str, columns: list[str], cells: list[list[str]], longest
     """The table with every cell on one line, its spare width given to headers' longest words; None if it does not
     fit the console."""
     widths = list(longest)
-    spare = console.width - _width(_table(title, columns, cells, widths, compact=True, headers_fold=True))
+    spare = console.width - _width(_table(title, columns, cells, widths, compact=True))
     if spare < 0:
         return None
     for index, header in enumerate(columns):
@@ -64,7 +64,7 @@ def _whole_cells(title: str, columns: list[str], cells: list[list[str]], longest
         if width is not None:
             grow = min(max(max(map(len, header.split()), default=0) - width, 0), spare)
             widths[index], spare = width + grow, spare - grow
-    return _table(title, columns, cells, widths, compact=True, headers_fold=True)
+    return _table(title, columns, cells, widths, compact=True)
 
 
 def _width(result: Table, natural: bool = False) -> int:
@@ -88,13 +88,13 @@ def _fits(result: Table) -> bool:
 
 
 def _table(title: str, columns: list[str], cells: list[list[str]], min_widths: list[int | None],
-           compact: bool = False, headers_fold: bool = False) -> Table:
-    """The rich table; ``headers_fold`` caps each column at its minimum width, so that a header longer than its
-    cells folds instead of widening the column."""
+           compact: bool = False) -> Table:
+    """The rich table; ``compact``: without vertical rules, each column capped at its minimum width, so that a
+    header longer than its cells folds instead of widening the column."""
     result = (Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
               if compact else Table(title=title, title_justify="left"))
     for column, width in zip(columns, min_widths):
-        result.add_column(column, overflow="fold", min_width=width, max_width=width if headers_fold else None)
+        result.add_column(column, overflow="fold", min_width=width, max_width=width if compact else None)
     for row in cells:
         result.add_row(*row)
     return result

@@ -48,7 +48,7 @@ class Instance:
 
     def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
                  engine_config: EngineConfig, reserve_bytes: int = 0, weight_bytes: int | None = None,
-                 block_bytes: int | None = None, shards: list[Gpu] | None = None):
+                 block_bytes: int | None = None, shards: list[Gpu] | None = None, max_model_len: int | None = None):
         self.uid = uid
         self.model = model
         self.name = name
@@ -64,9 +64,10 @@ class Instance:
         self.resident_bytes = self.weight_bytes + reserve_bytes
         self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token if block_bytes is None else block_bytes
         # vLLM sizes max_model_len per engine, on its own GPU: in a fleet of mixed GPUs (or at another share than
-        # the deployment's) a request within the deployment's limit may still never fit here.
+        # the deployment's) a request within the deployment's limit (``max_model_len``) may still never fit here.
         capacity = min(shard.capacity_bytes for shard in shards) if shards else gpu.capacity_bytes
-        self.max_model_len = fitting_tokens(capacity, self.resident_bytes, self.block_bytes, engine_config.block_size)
+        fits = fitting_tokens(capacity, self.resident_bytes, self.block_bytes, engine_config.block_size)
+        self.max_model_len = fits if max_model_len is None else min(fits, max_model_len)
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
         self.running: list[Request] = []

@@ -46,8 +46,7 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
     engine.progress.loaded(engine.model_names[model], env.now)
     instance = Instance(engine.new_uid(), model, engine.model_names[model], costs, gpu, gpu_share, engine.config,
                         engine.reserve_bytes[model], engine.shard_weight_bytes(model, gpu_share),
-                        engine.block_bytes(model), shards)
-    instance.max_model_len = min(instance.max_model_len, engine.max_model_len[model])
+                        engine.block_bytes(model), shards, engine.max_model_len[model])
     for shard in spans:
         shard.instances.append(instance)
         shard.evict_idle_cache()  # other instances' idle cached prefixes counted as free memory: the weights take it

@@ -188,9 +188,10 @@ class FleetController:
         wanted = min(max(wanted, floor), config.max_replicas)
         if wanted > self.capacity[model]:
             wanted, reason = self.capacity[model], reason + f"; capped at the {self.capacity[model]} instances the pools hold"
-        making_room = unserved_others > 0 and wanted > max(1, self.capacity[model] - unserved_others)
+        room_left = max(1, self.capacity[model] - unserved_others)
+        making_room = unserved_others > 0 and wanted > room_left
         if making_room:
-            wanted = max(1, self.capacity[model] - unserved_others)
+            wanted = room_left
             reason += f"; room left for the first replica of {counted(unserved_others, 'other model')}"
         held = self.wanted[model].push(now, wanted)
         if wanted < signals.replicas and held > wanted and not making_room:

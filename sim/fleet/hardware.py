@@ -103,9 +103,8 @@ def _slices(layout: PoolLayout, in_pools: bool) -> list[tuple[int, float]]:
         return [(memory, 1.0)]
     mig = gpu_info.mig_profiles.get(pool.mig.profile)
     if mig is None:
-        field = f"cluster.pools.{layout.index}.mig.profile" if in_pools else "cluster.mig.profile"
         raise MmsimError(f"profile {layout.profile.name} has no MIG profile {pool.mig.profile!r} "
-                         f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field=field)
+                         f"(has: {', '.join(gpu_info.mig_profiles) or 'none'})", field=_mig_field(layout, in_pools, "profile"))
     _check_slices_fit(layout, pool.mig, mig, in_pools)
     return [(mig.memory_bytes, mig.compute_share)] * pool.mig.slices_per_gpu
 
@@ -118,10 +117,15 @@ def _check_slices_fit(layout: PoolLayout, config: MigConfig, mig: MigSlice, in_p
     if compute <= 1 + 1e-6 and memory <= gpu_info.memory_bytes:
         return
     most = min(int((1 + 1e-6) / mig.compute_share), gpu_info.memory_bytes // mig.memory_bytes)
-    field = f"cluster.pools.{layout.index}.mig.slices_per_gpu" if in_pools else "cluster.mig.slices_per_gpu"
     raise MmsimError(f"{slices} MIG slices of {config.profile} do not fit one {gpu_info.name}: they "
                      f"would have {compute:.2f} of its compute and {memory / GIB:.0f} of its "
-                     f"{gpu_info.memory_bytes / GIB:.0f} GiB; at most {most} fit", field=field)
+                     f"{gpu_info.memory_bytes / GIB:.0f} GiB; at most {most} fit",
+                     field=_mig_field(layout, in_pools, "slices_per_gpu"))
+
+
+def _mig_field(layout: PoolLayout, in_pools: bool, key: str) -> str:
+    """Where the scenario sets the pool's MIG ``key``: under its pool, or the cluster's own ``mig``."""
+    return f"cluster.pools.{layout.index}.mig.{key}" if in_pools else f"cluster.mig.{key}"
 
 
 def _check_parallel(scenario, layouts: list[PoolLayout]) -> None:

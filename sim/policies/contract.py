@@ -135,17 +135,21 @@ def user_code_error(error: Exception, engine: Engine, autoscaler: object | None)
     suspects: list[tuple[str, object]] = [(policy_label(engine), engine.policy)]
     if autoscaler is not None:
         suspects.append((f"autoscaler {type(autoscaler).__name__!r}", autoscaler))
-    frames = [frame for link in _chain(error) for frame in traceback.extract_tb(link.__traceback__)]
     for label, obj in suspects:
-        if not is_user_code(obj):
-            continue
-        files = _source_files(type(obj))
-        mine = [frame for frame in frames if frame.filename in files]
-        if mine:
-            frame = mine[-1]
-            return PolicyContractError(f"{label} raised {type(error).__name__}: {error} (in {frame.name}, "
-                                       f"{frame.filename} line {frame.lineno}) at t={engine.env.now:.3f} s")
+        where = where_raised(error, type(obj)) if is_user_code(obj) else None
+        if where is not None:
+            return PolicyContractError(f"{label} raised {type(error).__name__}: {error} {where} at "
+                                       f"t={engine.env.now:.3f} s")
     return None
+
+
+def where_raised(error: BaseException, cls: type) -> str | None:
+    """``(in FUNCTION, FILE line N)``: the last frame of ``error`` in the code of the user's class ``cls`` (None if
+    none is)."""
+    files = _source_files(cls)
+    mine = [frame for link in _chain(error) for frame in traceback.extract_tb(link.__traceback__)
+            if frame.filename in files]
+    return None if not mine else f"(in {mine[-1].name}, {mine[-1].filename} line {mine[-1].lineno})"
 
 
 def _chain(error: BaseException) -> list[BaseException]:

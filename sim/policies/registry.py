@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sim.errors import MmsimError
+from sim.policies.contract import where_raised
 
 if TYPE_CHECKING:
     from sim.policies.base import Policy
@@ -140,20 +141,12 @@ def make_policy(spec: str, params: dict | None = None):
     except Exception as error:
         if cls.__module__.startswith("sim."):
             raise  # mmsim's own defect: its traceback is the report
+        where = where_raised(error, cls)
         raise MmsimError(f"policy {spec!r} raised {type(error).__name__} while being made: {error}"
-                         f"{_where(error)}", field="policy.name") from None
+                         f"{'' if where is None else ' ' + where}", field="policy.name") from None
     if not isinstance(policy, Policy):  # the engine calls its hooks as a Policy's (compiled, they are typed)
         raise MmsimError(f"policy {spec!r} is not a subclass of sim.policies.base.Policy", field="policy.name")
     return policy
-
-
-def _where(error: BaseException) -> str:
-    """`` (in FUNCTION, FILE line N)`` for the last frame of ``error`` outside mmsim, or nothing."""
-    import traceback
-
-    package = str(Path(__file__).resolve().parents[1])
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(package)]
-    return f" (in {frames[-1].name}, {frames[-1].filename} line {frames[-1].lineno})" if frames else ""
 
 
 def policy_descriptions() -> dict[str, str]:

@@ -76,8 +76,11 @@ class ClusterView:
     def footprint_bytes(self, model: int, gpu_share: float | None = None) -> int:
         """GPU memory an instance of ``model`` takes before its first KV block: its weights at ``gpu_share`` (by
         default its deployment's) and its activation and non-torch reserve. A load needs this much free memory."""
-        engine = self._engine
-        return engine.footprint_bytes(model, engine.deployment_shares[model] if gpu_share is None else gpu_share)
+        return self._engine.footprint_bytes(model, self._share(model, gpu_share))
+
+    def _share(self, model: int, gpu_share: float | None) -> float:
+        """``gpu_share``, or the deployment's when it is None."""
+        return self._engine.deployment_shares[model] if gpu_share is None else gpu_share
 
     def max_model_len(self, model: int) -> int:
         """The longest prompt + output the deployment accepts (requests longer are rejected at arrival)."""
@@ -158,7 +161,7 @@ class ClusterView:
         engine = self._engine
         if not 0 <= model < len(engine.model_names):  # -1 would load the last model
             raise ValueError(f"model index {model!r} is not one of this scenario's 0..{len(engine.model_names) - 1}")
-        share = engine.deployment_shares[model] if gpu_share is None else gpu_share
+        share = self._share(model, gpu_share)
         if not 0 <= share <= 1:  # 0: every layer on the CPU (the paper's fully offloaded runs)
             raise ValueError(f"gpu_share must be from 0 to 1, not {share!r}")
         return engine.load(model, gpu, share)
@@ -168,8 +171,7 @@ class ClusterView:
         """Start unloading; running requests are preempted by ``swap`` or ``recompute``. ``keep_on_host``
         keeps the weights in the node's RAM (if there is room) for a faster reload there;
         ``keep_prefix_cache`` moves the cached prefix blocks there too, to come back with the next load."""
-        if mode != "swap" and mode != "recompute":
-            raise ValueError(f"mode must be 'swap' or 'recompute', not {mode!r}")
+        _check_mode(mode)
         return self._engine.unload(instance, mode, keep_on_host, keep_prefix_cache)
 
     def shard_group(self, model: int, gpu: Gpu) -> list[Gpu] | None:
@@ -198,8 +200,7 @@ class ClusterView:
 
     def preempt(self, instance: Instance, request: Request, mode: str) -> None:
         """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
-        if mode != "swap" and mode != "recompute":
-            raise ValueError(f"mode must be 'swap' or 'recompute', not {mode!r}")
+        _check_mode(mode)
         instance.gpu.sync()
         if request.state != "running" or request.instance is not instance:
             raise ValueError(f"only a request decoding on this instance can be preempted; {request!r} is not")
@@ -218,3 +219,9 @@ class ClusterView:
             callback(self)
 
         timer.callbacks.append(fire)
+
+
+def _check_mode(mode: str) -> None:
+    """Refuse a preemption mode other than the engine's two (another dropped every request it touched)."""
+    if mode != "swap" and mode != "recompute":
+        raise ValueError(f"mode must be 'swap' or 'recompute', not {mode!r}")
