@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import simpy
 
 from sim.costs import ModelCosts
-from sim.engine import batching, residency
+from sim.engine import batching, preemption, residency
 from sim.engine.events import make_agenda
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
@@ -26,7 +26,7 @@ from sim.engine.memory import fitting_tokens, reserve_bytes, shard_fractions
 from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
 from sim.engine.routing import Router
-from sim.engine.request import NAN, Request
+from sim.engine.request import Request
 from sim.engine.transfers import Node
 from sim.policies.base import Policy
 from sim.policies.contract import checked_route, is_user_code
@@ -241,8 +241,8 @@ class Engine:
             instance.swapped.append(request)
         else:
             if request.state == "swapped":
-                self._drop_host_kv(request)
-                self._set_recompute(request)
+                preemption.drop_host_kv(self, request)
+                preemption.set_recompute(request)
             request.state = "waiting"
             instance.waiting.append(request)
         if instance.status == "ready" and self._could_start(instance, request):
@@ -252,7 +252,7 @@ class Engine:
         """Drop ``request``, given to an instance whose KV room can never hold it (its GPU is smaller than the one
         the deployment's ``max_model_len`` was sized on): vLLM rejects it there, and queued it would block the
         instance's queue for good."""
-        self._drop_host_kv(request)
+        preemption.drop_host_kv(self, request)
         request.instance = None
         self.drop(request, "exceeds_instance_max_model_len")
         self.outstanding -= 1
@@ -306,91 +306,23 @@ class Engine:
         gpu = instance.gpu
         return len(gpu.instances) == 1 or len(gpu.active_instances()) == 1
 
+    # -- preemption (sim.engine.preemption) ------------------------------------------------------------
     def resume_swapped(self, instance: Instance, now: float) -> float:
         """Swap in KV caches that fit; returns the transfer seconds the step waits for."""
-        if not instance.swapped:
-            return 0.0
-        transfer_s = 0.0
-        while instance.swapped and len(instance.running) + len(instance.prefilling) < self.config.max_num_seqs:
-            request = instance.swapped[0]
-            blocks = blocks_for(request.context_tokens, self.config.block_size)
-            # Room for the token it decodes in this very step, too.
-            if blocks_for(request.context_tokens + 1, self.config.block_size) > instance.spare_blocks():
-                break
-            instance.swapped.popleft()
-            request.admitted_seq = self.next_admission()
-            seconds = self.nodes[instance.gpu.node].transfer(now + transfer_s, instance.costs.kv_transfer_s(request.context_tokens, "host_to_device"), "host_to_device")
-            transfer_s += seconds
-            request.add_loss("kv_in", seconds)
-            self._drop_host_kv(request)
-            request.blocks = blocks
-            instance.blocks += blocks
-            instance._join_running(request)
-            self._end_pause(request, now + transfer_s, charged=seconds)
-            self.recorder.event(now, "swap_in", instance.gpu.index, instance.name, request.id, seconds)
-        return transfer_s
+        return preemption.resume_swapped(self, instance, now) if instance.swapped else 0.0
 
-    # -- preemption ----------------------------------------------------------------------------------
     def preempt_for_blocks(self, instance: Instance, now: float) -> float:
         """Preempt the policy's victim; returns the KV swap-out seconds the step waits for."""
         victim, mode = self.policy.choose_victim(instance, self.view)
-        return self.preempt(instance, victim, mode, now)
+        return preemption.preempt(self, instance, victim, mode, now)
 
     def preempt(self, instance: Instance, request: Request, mode: str, now: float) -> float:
-        """Take ``request`` off the GPU by KV swap (``swap``) or drop-and-recompute (``recompute``).
-
-        Returns the seconds of device-to-host transfer the instance must wait for."""
-        # A half-done prefill has no complete KV worth moving: it is recomputed.
-        decoding = request.state == "running"
-        instance.release(request)
-        # The blocks freed may be what a co-resident instance, passed over as blocked earlier in the same round of
-        # planning, was waiting for: it must be asked again, or the GPU may idle with work it could run.
-        instance.gpu.blocked.clear()
-        request.preemptions += 1
-        request.preempted_at_s = now
-        node = self.nodes[instance.gpu.node]
-        kv_bytes = request.context_tokens * instance.costs.kv_bytes_per_token
-        seconds = 0.0
-        if mode == "swap" and decoding and node.reserve_host(kv_bytes):
-            seconds = node.transfer(now, instance.costs.kv_transfer_s(request.context_tokens, "device_to_host"), "device_to_host")
-            request.add_loss("kv_out", seconds)
-            request.kv_on_host_node = node.index
-            request.state = "swapped"
-            instance.swapped.append(request)  # vLLM v0's order: the first swapped out comes back first
-        else:
-            mode = "recompute"
-            self._set_recompute(request)
-            request.state = "waiting"
-            instance.waiting.appendleft(request)
-        request.pause_charged = seconds
-        self.recorder.event(now, f"preempt_{mode}", instance.gpu.index, instance.name, request.id, seconds)
-        return seconds
-
-    def _set_recompute(self, request: Request) -> None:
-        request.prefilled = 0
-        request.prefill_target = request.prompt_tokens + request.generated
-
-    def _drop_host_kv(self, request: Request) -> None:
-        if request.kv_on_host_node >= 0:
-            node = self.nodes[request.kv_on_host_node]
-            node.release_host(request.context_tokens * self.costs[request.model].kv_bytes_per_token)
-            request.kv_on_host_node = -1
+        """Take ``request`` off the GPU by KV swap (``swap``) or drop-and-recompute (``recompute``); returns the
+        seconds of device-to-host transfer the instance must wait for."""
+        return preemption.preempt(self, instance, request, mode, now)
 
     def charge_recompute(self, request: Request, now: float) -> None:
-        instance = request.instance
-        costs = instance.costs if instance is not None else self.costs[request.model]
-        seconds = costs.prefill_s(request.prefill_target)
-        request.add_loss("recompute", seconds)
-        self._end_pause(request, now, charged=seconds)
-
-    def _end_pause(self, request: Request, now: float, charged: float) -> None:
-        """The request runs again: whatever part of its pause no cause explains was spent waiting."""
-        if math.isnan(request.preempted_at_s):
-            return
-        explained = request.pause_charged + charged
-        request.add_loss("waiting", max(0.0, now - request.preempted_at_s - explained))
-        request.preempted_at_s = NAN
-        request.pause_charged = 0.0
+        preemption.charge_recompute(self, request, now)
 
     # -- completion ----------------------------------------------------------------------------------
     def finish(self, instance: Instance, request: Request, now: float) -> None:

@@ -181,17 +181,17 @@ class LazyAgenda(Agenda):
         self.last_ids = 0
 
     def schedule(self, entry: AgendaEntry, at_s: float) -> None:
-        entry.due_s = at_s
-        entry.due_eid = self.next_eid()
-        entry.slot = 0
-        HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
+        self._push(entry, at_s, self.next_eid())
 
     def schedule_last(self, entry: AgendaEntry, at_s: float) -> None:
-        entry.due_s = at_s
-        entry.due_eid = FIRST_LAST_ID + self.last_ids
         self.last_ids += 1
+        self._push(entry, at_s, FIRST_LAST_ID + self.last_ids - 1)
+
+    def _push(self, entry: AgendaEntry, at_s: float, eid: int) -> None:
+        entry.due_s = at_s
+        entry.due_eid = eid
         entry.slot = 0
-        HEAPPUSH(self.tuples, (at_s, entry.due_eid, entry))
+        HEAPPUSH(self.tuples, (at_s, eid, entry))
 
     def first(self) -> AgendaEntry | None:
         tuples = self.tuples

@@ -1,0 +1,111 @@
+"""Preemption: taking a request off its GPU by KV swap or by recompute, and bringing it back.
+
+A swapped request's KV cache moves over its node's PCIe link to host RAM and
+back (vLLM v0's swap: the first swapped out comes back first); a recomputed
+one drops its KV and prefills its prompt and the tokens it has generated
+again. Each pause is charged to the request's losses by cause (``kv_out``,
+``kv_in``, ``recompute``); whatever part of the pause no cause explains was
+spent waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from sim.engine.instance import Instance
+from sim.engine.kv import blocks_for
+from sim.engine.request import NAN, Request
+
+if TYPE_CHECKING:  # the engine imports this module
+    from sim.engine.engine import Engine
+
+
+def preempt(engine: Engine, instance: Instance, request: Request, mode: str, now: float) -> float:
+    """Take ``request`` off ``instance`` by KV swap (``swap``) or drop-and-recompute (``recompute``).
+
+    Returns the seconds of device-to-host transfer the instance must wait for."""
+    # A half-done prefill has no complete KV worth moving: it is recomputed.
+    decoding = request.state == "running"
+    instance.release(request)
+    # The blocks freed may be what a co-resident instance, passed over as blocked earlier in the same round of
+    # planning, was waiting for: it must be asked again, or the GPU may idle with work it could run.
+    instance.gpu.blocked.clear()
+    request.preemptions += 1
+    request.preempted_at_s = now
+    node = engine.nodes[instance.gpu.node]
+    kv_bytes = request.context_tokens * instance.costs.kv_bytes_per_token
+    seconds = 0.0
+    if mode == "swap" and decoding and node.reserve_host(kv_bytes):
+        seconds = node.transfer(now, instance.costs.kv_transfer_s(request.context_tokens, "device_to_host"), "device_to_host")
+        request.add_loss("kv_out", seconds)
+        request.kv_on_host_node = node.index
+        request.state = "swapped"
+        instance.swapped.append(request)  # vLLM v0's order: the first swapped out comes back first
+    else:
+        mode = "recompute"
+        set_recompute(request)
+        request.state = "waiting"
+        instance.waiting.appendleft(request)
+    request.pause_charged = seconds
+    engine.recorder.event(now, f"preempt_{mode}", instance.gpu.index, instance.name, request.id, seconds)
+    return seconds
+
+
+def resume_swapped(engine: Engine, instance: Instance, now: float) -> float:
+    """Swap in the KV caches of ``instance``'s swapped requests that fit, oldest first; returns the transfer
+    seconds the step waits for."""
+    transfer_s = 0.0
+    block_size = engine.config.block_size
+    while instance.swapped and len(instance.running) + len(instance.prefilling) < engine.config.max_num_seqs:
+        request = instance.swapped[0]
+        blocks = blocks_for(request.context_tokens, block_size)
+        # Room for the token it decodes in this very step, too.
+        if blocks_for(request.context_tokens + 1, block_size) > instance.spare_blocks():
+            break
+        instance.swapped.popleft()
+        request.admitted_seq = engine.next_admission()
+        seconds = engine.nodes[instance.gpu.node].transfer(
+            now + transfer_s, instance.costs.kv_transfer_s(request.context_tokens, "host_to_device"), "host_to_device")
+        transfer_s += seconds
+        request.add_loss("kv_in", seconds)
+        drop_host_kv(engine, request)
+        request.blocks = blocks
+        instance.blocks += blocks
+        instance._join_running(request)
+        end_pause(request, now + transfer_s, charged=seconds)
+        engine.recorder.event(now, "swap_in", instance.gpu.index, instance.name, request.id, seconds)
+    return transfer_s
+
+
+def set_recompute(request: Request) -> None:
+    """The request will prefill its prompt and every token it has generated again."""
+    request.prefilled = 0
+    request.prefill_target = request.prompt_tokens + request.generated
+
+
+def drop_host_kv(engine: Engine, request: Request) -> None:
+    """Free the host RAM that ``request``'s swapped KV cache holds, if any."""
+    if request.kv_on_host_node >= 0:
+        node = engine.nodes[request.kv_on_host_node]
+        node.release_host(request.context_tokens * engine.costs[request.model].kv_bytes_per_token)
+        request.kv_on_host_node = -1
+
+
+def charge_recompute(engine: Engine, request: Request, now: float) -> None:
+    """Charge a recomputed request its prefill again, as it starts it."""
+    instance = request.instance
+    costs = instance.costs if instance is not None else engine.costs[request.model]
+    seconds = costs.prefill_s(request.prefill_target)
+    request.add_loss("recompute", seconds)
+    end_pause(request, now, charged=seconds)
+
+
+def end_pause(request: Request, now: float, charged: float) -> None:
+    """The request runs again: whatever part of its pause no cause explains was spent waiting."""
+    if math.isnan(request.preempted_at_s):
+        return
+    explained = request.pause_charged + charged
+    request.add_loss("waiting", max(0.0, now - request.preempted_at_s - explained))
+    request.preempted_at_s = NAN
+    request.pause_charged = 0.0
