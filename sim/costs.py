@@ -153,8 +153,13 @@ class ModelCosts:
     pipeline-parallel over ``tensor_parallel`` x ``pipeline_parallel`` GPUs (see docs/parallel.md)."""
 
     def __init__(self, profile: prof.Profile, spec: ModelSpec, dtype: str = "fp16", kv_dtype: str | None = None,
-                 tensor_parallel: int = 1, pipeline_parallel: int = 1, stages_cross_nodes: bool = False):
+                 tensor_parallel: int = 1, pipeline_parallel: int = 1, stages_cross_nodes: bool = False,
+                 gpu_slowdown: float = 1.0):
         self.profile = profile
+        # A MIG slice has a share of the GPU's SMs and memory bandwidth: the GPU's work (its layers and the head on
+        # it) takes the inverse of that share longer. The CPU's (offloaded layers, the engine's per-step overhead)
+        # and the links' do not.
+        self._gpu_slowdown: float = gpu_slowdown
         self.spec = spec
         self.dtype = dtype
         entry = profile.models.get(spec.name)
@@ -281,10 +286,12 @@ class ModelCosts:
         return self._weight_bytes
 
     def gpu_weight_bytes(self, gpu_share: float = 1.0) -> int:
-        """Weights resident on the GPU when ``gpu_share`` of the layers are there (embeddings and head stay on GPU)."""
-        layers = self._layer_weight_bytes * self.gpu_layers(gpu_share)
+        """Weights resident on the GPU when ``gpu_share`` of the layers are there: embeddings and head stay on the
+        GPU with any layer, and with none (a share that rounds to no layer) run on the CPU, as the step prices them."""
+        on_gpu = self.gpu_layers(gpu_share)
+        layers = self._layer_weight_bytes * on_gpu
         rest = self._weight_bytes - self._layer_weight_bytes * self._layers
-        return int(layers + (rest if gpu_share > 0 else 0))
+        return int(layers + (rest if on_gpu > 0 else 0))
 
     # -- compute -------------------------------------------------------------------------------
     def step_coefficients(self, batch: int, gpu_share: float = 1.0) -> StepCoefficients:
@@ -302,10 +309,11 @@ class ModelCosts:
             factor, boundary = 1.0, (self.boundary_s if 0 < n_gpu < self._layers else 0.0)
         micro, share = self._micro_batch(batch, batch)
         (g_base, g_context), (c_base, c_context) = self.gpu_decode, self.cpu_decode
-        base = (n_gpu * self._split(g_base.at(micro)) + n_cpu * c_base.at(micro) + boundary
+        slow = self._gpu_slowdown
+        base = (n_gpu * self._split(g_base.at(micro)) * slow + n_cpu * c_base.at(micro) + boundary
                 + self._head_s(n_gpu > 0, micro) + self.parallel_comm_s(micro))
         # The largest micro-batch holds its share of the context (exactly 1 without a pipeline).
-        per_context = (n_gpu * g_context.at(micro) + n_cpu * c_context.at(micro)) * self._kv_read_share * share
+        per_context = (n_gpu * g_context.at(micro) * slow + n_cpu * c_context.at(micro)) * self._kv_read_share * share
         # The engine's CPU overhead does not move with the layers: the offload curve does not scale it.
         result = StepCoefficients(base * factor + self._overhead_s(batch), per_context * factor)
         self._coefficients[key] = result
@@ -313,7 +321,7 @@ class ModelCosts:
 
     def _head_s(self, on_gpu: bool, batch: int) -> float:
         """LM head + sampling for one step of ``batch`` sequences, on the GPU or (all layers offloaded) the CPU."""
-        return self._split(self.head_gpu.at(batch)) if on_gpu else self.head_cpu.at(batch)
+        return self._split(self.head_gpu.at(batch)) * self._gpu_slowdown if on_gpu else self.head_cpu.at(batch)
 
     def _overhead_s(self, sequences: int) -> float:
         """The serving engine's CPU time for one step holding ``sequences`` sequences, outside the forward pass."""
@@ -338,7 +346,7 @@ class ModelCosts:
         fixed = self._prefill_fixed.get(key)
         if fixed is None:
             fixed = self._prefill_fixed[key] = self._head_s(n_gpu > 0, sequences) + self._overhead_s(sequences)
-        return (n_gpu * self._split(self._gpu_prefill.seconds(tokens, quadratic))
+        return (n_gpu * self._split(self._gpu_prefill.seconds(tokens, quadratic)) * self._gpu_slowdown
                 + n_cpu * self._cpu_prefill.seconds(tokens, quadratic) + boundary + fixed + self.parallel_comm_s(tokens))
 
     def mixed_step_s(self, batch: int, context_tokens: float, prefill_tokens: int, prefill_quadratic: int,
@@ -379,8 +387,8 @@ class ModelCosts:
         # The terms of mixed_step_s (a prefill step plus a decode step less what they share), per micro-batch.
         layer_s = (split(self._gpu_prefill.seconds(tokens, prefill_quadratic * chunk_share)) + split(base.at(decodes))
                    - split(base.at(0)) + context.at(decodes) * self._kv_read_share * context_tokens * decode_share)
-        return (self._layers * layer_s + split(head(chunks)) + split(head(decodes)) - split(head(0))
-                + comm(tokens) + comm(decodes) - comm(0) + self._overhead_s(sequences))
+        gpu_s = self._layers * layer_s + split(head(chunks)) + split(head(decodes)) - split(head(0))
+        return gpu_s * self._gpu_slowdown + comm(tokens) + comm(decodes) - comm(0) + self._overhead_s(sequences)
 
     # -- movement ------------------------------------------------------------------------------
     def kv_transfer_s(self, tokens: int, direction: str) -> float:

@@ -93,7 +93,8 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     gpus, nodes = build_hardware(env, scenario, layouts)
     names = [m.deployment for m in scenario.models]
     pool_costs = [[ModelCosts(layout.profile, get_model(m.name), m.dtype, m.kv_dtype, m.tensor_parallel,
-                              m.pipeline_parallel, stages_cross_nodes=m.tensor_parallel * m.pipeline_parallel > layout.gpus_per_node)
+                              m.pipeline_parallel, stages_cross_nodes=m.tensor_parallel * m.pipeline_parallel > layout.gpus_per_node,
+                              gpu_slowdown=1.0 / layout.compute_share)
                    for m in scenario.models] for layout in layouts]
     config = EngineConfig(**scenario.engine.model_dump(), prefix_block_tokens=scenario.workload.prefix_block_tokens)
     engine = Engine(env, gpus, nodes, names, pool_costs[0], config, make_policy(policy_name, policy_params),

@@ -99,3 +99,12 @@ def test_a_count_past_the_pools_is_capped_at_what_they_hold(scenario, tmp_path):
     # One node of 2 GPUs and one GPU an instance: 2 instances of each model at most, 1 of each to start with.
     assert set(ups["detail"]) == {"replicas 1->2: huge; capped at the 2 instances the pools hold"}
     assert set(ups["model"]) == {"qwen2.5-3b", "qwen3-8b"}
+
+
+class Named(Autoscaler):
+    name = "mine"
+
+
+def test_a_named_autoscaler_is_named_with_its_class():
+    with pytest.raises(PolicyContractError, match=r"^autoscaler 'mine' \(Named\) broke the autoscaler contract"):
+        checked_answer(Named(), signals(), None)

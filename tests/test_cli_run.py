@@ -109,9 +109,33 @@ def test_mig_slice_runs_slower_by_its_compute_share():
     scenario = parse_scenario(scenario_dict(profile="a100-80gb", models=[{"name": "qwen2.5-3b"}],
                                             cluster={"nodes": 1, "gpus_per_node": 1, "mig": {"profile": "3g.40gb", "slices_per_gpu": 2}}), "t")
     row = simulate(scenario, chunks=chunk_of([100.0], ["qwen2.5-3b"], [50], [20])).requests.iloc[0]
-    costs = ModelCosts(load_profile("a100-80gb"), get_model("qwen2.5-3b"))
+    profile = load_profile("a100-80gb")
+    costs = ModelCosts(profile, get_model("qwen2.5-3b"))
     whole_gpu = costs.prefill_s(50) + costs.step_coefficients(1).steps_s(51, 1, 19)
-    assert row["e2e_s"] == pytest.approx(whole_gpu * 7 / 3, rel=1e-9)
+    # 3 of the GPU's 7 compute slices: its 20 steps' GPU work takes 7/3 as long; the serving engine's CPU time per
+    # step (one sequence in each) does not move.
+    entry = profile.models.get("qwen2.5-3b")
+    overhead = entry.step_overhead if entry is not None and entry.step_overhead else profile.step_overhead
+    assert overhead is not None and overhead.fixed_s > 0
+    cpu_s = 20 * (overhead.fixed_s + overhead.per_seq_s)
+    assert row["e2e_s"] == pytest.approx((whole_gpu - cpu_s) * 7 / 3 + cpu_s, rel=1e-9)
+
+
+def test_a_mig_slice_slows_the_gpu_layers_not_the_offloaded_ones():
+    # 1g.10gb is 1/7 of an A100: only the GPU's work takes 7x as long. With half the layers on the CPU, the step
+    # gains 6x its GPU part, which is less than 6x all but the engine's overhead (what 7x the whole step gave).
+    from sim.catalogue import get_model
+    from sim.costs import ModelCosts
+    from sim.profile import load_profile
+
+    profile = load_profile("a100-80gb")
+    whole, slice_ = (ModelCosts(profile, get_model("qwen2.5-3b"), gpu_slowdown=slowdown) for slowdown in (1.0, 7.0))
+    overhead_s = whole.step_overhead_s + whole.step_overhead_per_seq_s
+    assert overhead_s > 0
+    on_gpu = slice_.decode_step_s(1, 1000, 1.0) - whole.decode_step_s(1, 1000, 1.0)
+    assert on_gpu == pytest.approx(6 * (whole.decode_step_s(1, 1000, 1.0) - overhead_s), rel=1e-12)
+    offloaded_gain = slice_.decode_step_s(1, 1000, 0.5) - whole.decode_step_s(1, 1000, 0.5)
+    assert 0 < offloaded_gain < 0.75 * 6 * (whole.decode_step_s(1, 1000, 0.5) - overhead_s)
 
 
 def test_profile_override_from_the_command_line(tmp_path):

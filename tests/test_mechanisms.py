@@ -57,8 +57,8 @@ class PreemptAt(Policy):
         view.sync(instance.gpu)
         if instance.running:
             request = instance.running[0]
+            self.context_tokens.append(request.prompt_tokens + instance.generated(request))
             view.preempt(instance, request, self.mode)
-            self.context_tokens.append(request.context_tokens)
 
 
 def run_with(policy: Policy, model: str):
@@ -84,7 +84,7 @@ def test_engine_charges_one_kv_swap_out_and_in():
     policy = PreemptAt(times_s=(12.0,))
     result = run_with(policy, "qwen2.5-3b")
     costs = model_costs("qwen2.5-3b")
-    tokens = policy.context_tokens[0]
+    tokens = policy.context_tokens[0] + 1  # the iteration running when the policy asked ends first, with its token
     row = result.requests.iloc[0]
     assert row["lost_kv_out_s"] == pytest.approx(costs.kv_transfer_s(tokens, "device_to_host"), rel=1e-12)
     assert row["lost_kv_in_s"] == pytest.approx(costs.kv_transfer_s(tokens, "host_to_device"), rel=1e-12)
@@ -137,3 +137,55 @@ def test_preempting_a_request_that_is_not_decoding_is_refused():
     with pytest.raises(PolicyContractError, match="policy 'preempt-waiting' .* raised ValueError: only a request "
                                                   "decoding on this instance can be preempted"):
         run_with(PreemptWaiting(times_s=(10.0,)), "qwen2.5-3b")  # the request arrives at 10 s and waits a step
+
+
+def preempted_run(times_s, mode: str, chunks=None):
+    """One qwen2.5-3b request preempted by the policy at ``times_s``; its row, and the context of each preemption
+    (the request's tokens when the policy asked, and the one the step then running adds)."""
+    policy = PreemptAt(times_s=times_s, mode=mode)
+    from sim.policies import registry
+    registry._REGISTRY[policy.name] = lambda **_: policy
+    try:
+        result = simulate(one_model_scenario("qwen2.5-3b"), policy=policy.name,
+                          chunks=chunks or single_request("qwen2.5-3b"))
+    finally:
+        del registry._REGISTRY[policy.name]
+    return result.requests.iloc[0], [tokens + 1 for tokens in policy.context_tokens]
+
+
+def test_a_policys_swap_delays_its_request_by_the_swap_out_and_the_swap_in():
+    # Asked at 12 s, mid-iteration: the iteration ends with its token, the KV leaves over the link (d), comes
+    # back (h), and the request decodes on as before: it finishes d + h later, however the engine batches
+    # its iterations. (A swap-in that did not wait for the swap-out, and a lost token, gave h + one iteration.)
+    plain = preempted_run((), "swap")[0]
+    row, contexts = preempted_run((12.0,), "swap")
+    costs = model_costs("qwen2.5-3b")
+    out_s, in_s = (costs.kv_transfer_s(contexts[0], way) for way in ("device_to_host", "host_to_device"))
+    assert row["finish_s"] - plain["finish_s"] == pytest.approx(out_s + in_s, rel=1e-9)
+    assert row["generated_tokens"] == plain["generated_tokens"] and row["preemptions"] == 1
+
+
+def test_swapping_a_request_over_and_over_loses_no_more_than_its_time():
+    # Every 50 ms for 4 s: each swap-out must end before its swap-in starts, so the pauses never overlap and
+    # the time lost to them is part of the request's time (lost_kv_out_s was 2.6 times e2e_s).
+    times = tuple(11.0 + 0.05 * k for k in range(80))
+    plain = preempted_run((), "swap")[0]
+    row, contexts = preempted_run(times, "swap")
+    costs = model_costs("qwen2.5-3b")
+    lost = row[["lost_kv_out_s", "lost_kv_in_s", "lost_waiting_s"]].sum()
+    assert row["preemptions"] == len(times) and lost <= row["e2e_s"] - plain["e2e_s"] + 1e-9
+    swaps_s = sum(costs.kv_transfer_s(tokens, way) for tokens in contexts for way in ("device_to_host", "host_to_device"))
+    assert row["finish_s"] - plain["finish_s"] == pytest.approx(swaps_s, rel=1e-9)
+
+
+def test_a_recompute_that_finds_its_prompt_cached_is_charged_only_what_it_computes():
+    # A 1,024-token prompt named by two 512-token prefix ids: recomputed, its 64 prompt blocks are still in the
+    # prefix cache, so only its generated tokens are prefilled again, over the cached prompt.
+    chunks = [RequestChunk(np.array([10.0]), np.array(["qwen2.5-3b"], object), np.array([1024]), np.array([400]),
+                           prefix_ids=np.array([(1, 2), None], object)[:-1])]
+    row, contexts = preempted_run((12.0,), "recompute", chunks)
+    generated = contexts[0] - 1024
+    assert generated > 50
+    costs = model_costs("qwen2.5-3b")
+    assert row["lost_recompute_s"] == pytest.approx(costs.prefill_s(generated, 1.0, context_before=1024), rel=1e-12)
+    assert row["lost_recompute_s"] < costs.prefill_s(contexts[0]) / 2  # what was charged before: the whole context

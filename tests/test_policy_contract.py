@@ -325,7 +325,7 @@ def test_a_raising_autoscaler_file_is_one_line_exit_2(policies, tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert "Traceback" not in output
-    assert "autoscaler 'FailingScaler' raised RuntimeError: metrics server down (in desired, " in output, output
+    assert "autoscaler 'failing' (FailingScaler) raised RuntimeError: metrics server down (in desired, " in output, output
     assert not out.exists()
 
 

@@ -159,7 +159,7 @@ def take_cached_prefix(engine: Engine, instance: Instance, request: Request, hit
     instance.prefix_cache.acquire(path, hits)
     instance.blocks += idle_hits
     request.blocks = request.cache_blocks = hits
-    request.prefilled = hits * engine.config.block_size
+    request.prefilled = request.prefill_start = hits * engine.config.block_size
     hit = engine.prefix_hit_tokens
     hit[model] = hit[model] + request.prefilled
     instance.prefix_hit_tokens += request.prefilled

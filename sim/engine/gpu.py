@@ -19,6 +19,7 @@ import simpy
 
 from sim.engine.events import Agenda, AgendaEntry, process_now
 from sim.engine.instance import Instance
+from sim.engine.preemption import apply_policy_preemptions
 from sim.engine.prefix import evict_oldest
 from sim.engine.step import Step
 from sim.engine.timeshare import TimeSharedRun, start_run
@@ -260,6 +261,8 @@ class Gpu(AgendaEntry):
         if step.iterations and step.computes_token():
             engine.last_progress_s = now  # read by the progress guard; one store per step on the hot path
         instance.complete(engine, step, step.iterations, now)
+        if instance.policy_preemptions:
+            apply_policy_preemptions(engine, instance, now)
         self.blocked.clear()
         engine.after_step(instance)
         self._next_step(now)

@@ -43,8 +43,9 @@ class Instance:
     # tagging an instance worked in an editable install and failed after ``pip install .``).
     __slots__ = ("uid", "model", "name", "costs", "gpu", "shards", "gpu_share", "config", "status", "weight_bytes",
                  "resident_bytes", "block_bytes", "max_model_len", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
-                 "phases", "iteration", "context_tokens", "blocks", "ready_at_s", "last_used_s", "busy_s", "slowdown",
-                 "_coefficients", "prefix_cache", "prefix_query_tokens", "prefix_hit_tokens")
+                 "phases", "iteration", "context_tokens", "blocks", "ready_at_s", "last_used_s", "busy_s",
+                 "_coefficients", "prefix_cache", "prefix_query_tokens", "prefix_hit_tokens",
+                 "policy_preemptions", "owed_transfer_s")
 
     def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
                  engine_config: EngineConfig, reserve_bytes: int = 0, weight_bytes: int | None = None,
@@ -81,12 +82,14 @@ class Instance:
         self.ready_at_s = INF
         self.last_used_s = 0.0
         self.busy_s = 0.0
-        # A MIG slice has a share of the GPU's SMs and memory bandwidth: every step is slower by its inverse.
-        self.slowdown = 1.0 / gpu.compute_share
-        self._coefficients: dict[int, tuple[StepCoefficients, StepCoefficients]] = {}
+        self._coefficients: dict[int, StepCoefficients] = {}
         self.prefix_cache: PrefixCache | None = PrefixCache() if engine_config.prefix_caching else None
         self.prefix_query_tokens = 0  # prompt tokens looked up in its prefix cache, at every admission
         self.prefix_hit_tokens = 0  # of those, found there
+        # A policy's preemptions asked for while a step of this instance runs: they happen as it ends
+        # (sim.engine.preemption.apply_policy_preemptions), and the swap-outs they start hold up the next step.
+        self.policy_preemptions: list[tuple[Request, str]] = []
+        self.owed_transfer_s = 0.0
 
     # -- views -----------------------------------------------------------------------------------
     @property
@@ -207,7 +210,8 @@ class Instance:
         # ones come back, then waiting ones start; nothing new starts in a step that preempted, nor
         # while a swapped request still waits to come back (vLLM v0's scheduler; v1's preempted
         # requests wait at the head of the queue, to the same effect).
-        transfer_s, preempted = 0.0, False
+        transfer_s, preempted = self.owed_transfer_s, False
+        self.owed_transfer_s = 0.0
         while self.running and self.decode_blocks_needed() > self.free_blocks():
             transfer_s = max(transfer_s, engine.preempt_for_blocks(self, now))
             preempted = True
@@ -224,12 +228,12 @@ class Instance:
         if prefills:
             prefill_tokens = sum(chunk for _, chunk in prefills)
             prefill_quadratic = sum(chunk * (chunk + 2 * request.prefilled) for request, chunk in prefills)
-            first = self.slowdown * self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_quadratic,
-                                                            len(prefills), self.gpu_share)
+            first = self.costs.mixed_step_s(batch, self.context_tokens, prefill_tokens, prefill_quadratic, len(prefills),
+                                            self.gpu_share)
             decodes, after_batch, after_context = self._window_after_prefill(engine, prefills) if forward else (0, 0, 0)
             if decodes == 0:
                 return Step(self, 1, None, batch, self.context_tokens + batch, prefills, first, transfer_s)
-            coefficients = self.decode_coefficients(after_batch)[1]
+            coefficients = self.decode_coefficients(after_batch)
             return Step(self, 1 + decodes, coefficients, after_batch, after_context, prefills, first, transfer_s)
         if not batch:
             if transfer_s == 0 and preempted:
@@ -238,21 +242,17 @@ class Instance:
                 return self.plan(engine, now, fast)
             return None if transfer_s == 0 else self._transfer_only(transfer_s)
         # A pure decode step: the same sum ModelCosts.mixed_step_s makes, without its dispatch.
-        unscaled, coefficients = self.decode_coefficients(batch)
-        first = self.slowdown * unscaled.step_s(self.context_tokens)
+        coefficients = self.decode_coefficients(batch)
+        first = coefficients.step_s(self.context_tokens)
         iterations = self._window() if forward and self._nothing_can_start(engine, after_prefill=False) else 1
         return Step(self, iterations, coefficients, batch, self.context_tokens + batch, [], first, transfer_s)
 
-    def decode_coefficients(self, batch: int) -> tuple[StepCoefficients, StepCoefficients]:
-        """This instance's decode-step coefficients for ``batch`` sequences, as the cost model gives them and
-        scaled by the MIG slowdown; cached here, since every step asks and the share never changes."""
+    def decode_coefficients(self, batch: int) -> StepCoefficients:
+        """This instance's decode-step coefficients for ``batch`` sequences; cached here, since every step asks and
+        the share never changes."""
         cached = self._coefficients.get(batch)
         if cached is None:
-            unscaled = self.costs.step_coefficients(batch, self.gpu_share)
-            scaled = unscaled
-            if self.slowdown != 1.0:
-                scaled = StepCoefficients(unscaled.base_s * self.slowdown, unscaled.per_context_token_s * self.slowdown)
-            cached = self._coefficients[batch] = (unscaled, scaled)
+            cached = self._coefficients[batch] = self.costs.step_coefficients(batch, self.gpu_share)
         return cached
 
     def _transfer_only(self, transfer_s: float) -> Step:

@@ -40,6 +40,7 @@ def preempt(engine: Engine, instance: Instance, request: Request, mode: str, now
         seconds = node.transfer(now, instance.costs.kv_transfer_s(request.context_tokens, "device_to_host"), "device_to_host")
         request.add_loss("kv_out", seconds)
         request.kv_on_host_node = node.index
+        request.kv_host_ready_s = now + seconds
         request.state = "swapped"
         instance.swapped.append(request)  # vLLM v0's order: the first swapped out comes back first
     else:
@@ -50,6 +51,17 @@ def preempt(engine: Engine, instance: Instance, request: Request, mode: str, now
     request.pause_charged = seconds
     engine.recorder.event(now, f"preempt_{mode}", instance.gpu.index, instance.name, request.id, seconds)
     return seconds
+
+
+def apply_policy_preemptions(engine: Engine, instance: Instance, now: float) -> None:
+    """The preemptions a policy asked for while ``instance``'s step ran, now that it has ended (the step's token
+    counted, as vLLM's scheduler preempts only between steps); its next step waits for the swap-outs."""
+    owed_s = instance.owed_transfer_s
+    for request, mode in instance.policy_preemptions:
+        if request.state == "running" and request.instance is instance:  # not finished by the step, nor asked twice
+            owed_s = max(owed_s, preempt(engine, instance, request, mode, now))
+    instance.policy_preemptions.clear()
+    instance.owed_transfer_s = owed_s
 
 
 def resume_swapped(engine: Engine, instance: Instance, now: float) -> float:
@@ -65,6 +77,11 @@ def resume_swapped(engine: Engine, instance: Instance, now: float) -> float:
             break
         instance.swapped.popleft()
         request.admitted_seq = engine.next_admission()
+        # Its KV must be all in host RAM before it can come back: a policy's preemption (or an unload) does not
+        # wait for the swap-out, and a replica on the same node may take the request back at once.
+        still_leaving_s = request.kv_host_ready_s - (now + transfer_s)
+        if still_leaving_s > 0:
+            transfer_s += still_leaving_s
         seconds = engine.nodes[instance.gpu.node].transfer(
             now + transfer_s, instance.costs.kv_transfer_s(request.context_tokens, "host_to_device"), "host_to_device")
         transfer_s += seconds
@@ -80,7 +97,7 @@ def resume_swapped(engine: Engine, instance: Instance, now: float) -> float:
 
 def set_recompute(request: Request) -> None:
     """The request will prefill its prompt and every token it has generated again."""
-    request.prefilled = 0
+    request.prefilled = request.prefill_start = 0
     request.prefill_target = request.prompt_tokens + request.generated
 
 
@@ -93,10 +110,12 @@ def drop_host_kv(engine: Engine, request: Request) -> None:
 
 
 def charge_recompute(engine: Engine, request: Request, now: float) -> None:
-    """Charge a recomputed request its prefill again, as it starts it."""
+    """Charge a recomputed request, as its prefill completes, what that prefill computed: its prompt and generated
+    tokens, less those the prefix cache held when it started again, at its instance's share of layers."""
     instance = request.instance
-    costs = instance.costs if instance is not None else engine.costs[request.model]
-    seconds = costs.prefill_s(request.prefill_target)
+    assert instance is not None  # only a prefill running on an instance completes
+    cached = request.prefill_start
+    seconds = instance.costs.prefill_s(request.prefill_target - cached, instance.gpu_share, context_before=cached)
     request.add_loss("recompute", seconds)
     end_pause(request, now, charged=seconds)
 

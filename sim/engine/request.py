@@ -29,7 +29,7 @@ class Request:
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "join_seq",
         "preempted_at_s", "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids",
-        "prefix_path", "cache_blocks", "cached_tokens",
+        "prefix_path", "cache_blocks", "cached_tokens", "prefill_start", "kv_host_ready_s",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -66,6 +66,8 @@ class Request:
         self.prefix_path: PrefixPath | None = None  # its KV blocks' prefix-cache segments, made when first looked up
         self.cache_blocks = 0  # of its blocks, how many (from the first) are the prefix cache's, perhaps shared
         self.cached_tokens = 0  # prompt tokens its first prefill found in the prefix cache
+        self.prefill_start = 0  # tokens its current prefill found in the prefix cache (it computes the rest)
+        self.kv_host_ready_s = 0.0  # when its swapped-out KV is all in host RAM (a swap-in cannot start before)
 
     def add_loss(self, cause: str, seconds: float) -> None:
         lost = self.lost

@@ -172,7 +172,10 @@ def _keep_prefixes(engine: Engine, instance: Instance, now: float) -> float:
     blocks = cache.idle_blocks
     node = engine.nodes[instance.gpu.node]
     # Oldest released first: the order they are evicted in.
-    if not node.keep_prefixes(instance.model, cache.idle_runs(), blocks, blocks * instance.block_bytes):
+    # The whole model's KV of those blocks, as a swapped request's is booked: a parallel instance's block_bytes is
+    # one GPU's shard of a block.
+    prefix_bytes = blocks * engine.config.block_size * instance.costs.kv_bytes_per_token
+    if not node.keep_prefixes(instance.model, cache.idle_runs(), blocks, prefix_bytes):
         return 0.0
     seconds = node.transfer(now, instance.costs.kv_transfer_s(blocks * engine.config.block_size, "device_to_host"),
                             "device_to_host")

@@ -48,7 +48,7 @@ class TimeSharedRun:
                  period_start: int, start_s: float):
         self.instances = instances
         self.members = members
-        self.coefficients: list[StepCoefficients] = [m.decode_coefficients(len(m.running))[1] for m in members]
+        self.coefficients: list[StepCoefficients] = [m.decode_coefficients(len(m.running)) for m in members]
         self.batches: list[int] = [len(m.running) for m in members]
         self.contexts: list[int] = [m.context_tokens for m in members]
         self.order = order

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, cast
 
 from sim.errors import MmsimError
 from sim.files import counted, cut
-from sim.policies.contract import PolicyContractError
+from sim.policies.contract import PolicyContractError, user_label
 from sim.policies.registry import apply_params, check_params, entry_point_class, is_policy_file, load_class_from_file
 
 TOLERANCE = 0.1
@@ -94,7 +94,7 @@ def checked_answer(autoscaler: Autoscaler, signals: ModelSignals, answer: object
         return answer  # every built-in's answer: a few type checks a decision, where a decision costs microseconds
     problem = _answer_problem(answer)
     if problem:
-        raise PolicyContractError(f"autoscaler {type(autoscaler).__name__!r} broke the autoscaler contract at "
+        raise PolicyContractError(f"{user_label('autoscaler', autoscaler.name, autoscaler)} broke the autoscaler contract at "
                                   f"t={signals.now:.3f} s: its desired() for {signals.model} returned "
                                   f"{cut(repr(answer))} ({problem}); desired() must return {ANSWER_FORM}")
     count, reason = cast("tuple[numbers.Integral, str]", answer)  # checked above

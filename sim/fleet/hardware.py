@@ -39,6 +39,12 @@ class PoolLayout:
         return self.config.name
 
     @property
+    def compute_share(self) -> float:
+        """The share of a GPU's SMs and memory bandwidth each of the pool's devices has: a MIG slice's, or 1."""
+        mig = self.config.mig
+        return self.profile.hardware.gpu.mig_profiles[mig.profile].compute_share if mig else 1.0
+
+    @property
     def node_indexes(self) -> range:
         return range(self.first_node, self.first_node + self.config.max_nodes)
 

@@ -32,9 +32,13 @@ def is_user_code(obj: object) -> bool:
 
 
 def policy_label(engine: Engine) -> str:
-    policy = engine.policy
-    name = policy.label
-    return f"policy {name!r}" if name == type(policy).__name__ else f"policy {name!r} ({type(policy).__name__})"
+    return user_label("policy", engine.policy.label, engine.policy)
+
+
+def user_label(kind: str, name: str, obj: object) -> str:
+    """How messages name a policy or autoscaler: by its name, and its class where that is another."""
+    cls = type(obj).__name__
+    return f"{kind} {name or cls!r}" if name in ("", cls) else f"{kind} {name!r} ({cls})"
 
 
 def checked_order_waiting(engine: Engine, instance: Instance) -> None:
@@ -134,7 +138,7 @@ def user_code_error(error: Exception, engine: Engine, autoscaler: object | None)
     elsewhere (mmsim's own defect, which keeps its traceback)."""
     suspects: list[tuple[str, object]] = [(policy_label(engine), engine.policy)]
     if autoscaler is not None:
-        suspects.append((f"autoscaler {type(autoscaler).__name__!r}", autoscaler))
+        suspects.append((user_label("autoscaler", getattr(autoscaler, "name", ""), autoscaler), autoscaler))
     for label, obj in suspects:
         where = where_raised(error, type(obj)) if is_user_code(obj) else None
         if where is not None:

@@ -199,13 +199,20 @@ class ClusterView:
         return model in self._engine.nodes[node].host_weights
 
     def preempt(self, instance: Instance, request: Request, mode: str) -> None:
-        """Preempt one running request now (at the next iteration boundary it is off the GPU)."""
+        """Preempt one decoding request: at once if its instance is between steps, else as the step running ends
+        (its token counted; the instance's next step waits for the KV swap-out)."""
         _check_mode(mode)
-        instance.gpu.sync()
+        gpu = instance.gpu
+        gpu.sync()
         if request.state != "running" or request.instance is not instance:
             raise ValueError(f"only a request decoding on this instance can be preempted; {request!r} is not")
+        step = gpu.current
+        if step is not None and step.instance is instance:
+            instance.policy_preemptions.append((request, mode))
+            gpu.cut_window()  # a window of several iterations ends at the next boundary
+            return
         self._engine.preempt(instance, request, mode, self.now)
-        instance.gpu.kick()
+        gpu.kick()
 
     def call_at(self, time_s: float, callback: Callable[[ClusterView], object]) -> None:
         """Run ``callback(view)`` at simulated time ``time_s`` (timers for quanta and deadlines)."""
