@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -31,6 +30,7 @@ import numpy as np
 
 from calibrate.allocator import ensure_tcmalloc
 from calibrate.vllm_engine import TINY_QWEN2
+from peers import run_mmsim
 from calibrate.vllm_prefix_ttft import COMPARED, TtftCase, compare_ttft
 
 TTFT_TARGET_PCT, HIT_TARGET_PP = 15.0, 5.0
@@ -43,10 +43,10 @@ def calibrate(out: Path, case: TtftCase) -> Path:
     config.write_text(json.dumps(TINY_QWEN2, indent=1))
     profile = out / "profile.json"
     limits = case.limits
-    subprocess.run(["mmsim", "calibrate", "--engine", "vllm", "--device", "cpu", "--quick", "--config", str(config),
-                    "--models", MODEL, "--dtype", "fp32", "--max-num-seqs", str(limits.max_num_seqs),
-                    "--max-num-batched-tokens", str(limits.max_num_batched_tokens), "--block-size",
-                    str(limits.block_size), "--out", str(profile)], check=True, stderr=subprocess.DEVNULL)
+    run_mmsim(["calibrate", "--engine", "vllm", "--device", "cpu", "--quick", "--config", str(config),
+               "--models", MODEL, "--dtype", "fp32", "--max-num-seqs", str(limits.max_num_seqs),
+               "--max-num-batched-tokens", str(limits.max_num_batched_tokens), "--block-size",
+               str(limits.block_size), "--out", str(profile)])
     return profile
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.vllm_engine import TINY_QWEN2
+from peers import run_mmsim
 from calibrate.vllm_validate import error_text, spread_text
 
 LEVELS = {"light": 0.2, "mid": 0.6, "heavy": 1.5}
@@ -72,20 +72,18 @@ def main() -> int:
     loads_seen = [os.getloadavg()[0]]  # 1-minute load average: how shared the machine was
     started = time.perf_counter()
     if args.profile is None:
-        command = ["mmsim", "calibrate", "--engine", "vllm", "--device", "cpu", "--config", str(config), "--models", MODEL,
-                   "--dtype", "fp32", "--out", str(profile)] + ([] if args.full else ["--quick"])
-        subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
+        run_mmsim(["calibrate", "--engine", "vllm", "--device", "cpu", "--config", str(config), "--models", MODEL,
+                   "--dtype", "fp32", "--out", str(profile)] + ([] if args.full else ["--quick"]))
         print(f"calibration: {time.perf_counter() - started:.0f} s")
     trace = args.out / "trace.csv"
     write_trace(trace, args.requests, args.seed)
     capacity = capacity_per_s(trace, config, profile)
     loads = ",".join(f"{capacity * level:.4g}" for level in LEVELS.values())
     print(f"capacity predicted by mmsim: {capacity:.2f} requests/s; loads (requests/s): {loads}")
-    command = ["mmsim", "validate", "vllm", str(trace), "--profile", str(profile), "--config", str(config), "--model", MODEL,
-               "--dtype", "fp32", "--loads", loads, "--out", str(args.out), "--repeats", str(args.repeats)]
     started_validation = time.perf_counter()
     loads_seen.append(os.getloadavg()[0])
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_mmsim(["validate", "vllm", str(trace), "--profile", str(profile), "--config", str(config), "--model", MODEL,
+               "--dtype", "fp32", "--loads", loads, "--out", str(args.out), "--repeats", str(args.repeats)])
     loads_seen.append(os.getloadavg()[0])
     result = json.loads((args.out / "validation.json").read_text())
     validated = time.perf_counter() - started_validation

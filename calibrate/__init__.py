@@ -12,7 +12,7 @@ import importlib.util
 
 from sim.errors import MmsimError
 
-INSTALL_HINT = "install with pip install -e '.[calibrate]'"
+INSTALL_HINT = "install with pip install '.[calibrate]' (or -e '.[calibrate]' in a checkout you edit)"
 
 
 def require_torch() -> None:

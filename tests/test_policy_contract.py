@@ -13,6 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from sim.errors import MmsimError
 from sim.policies.contract import PolicyContractError
 from sim.scenario import parse_scenario
 from sim.simulation import simulate
@@ -150,6 +151,11 @@ POLICIES = textwrap.dedent('''
     class FailsToStart(LoadsBoth):
         def __init__(self, **params):
             raise RuntimeError("no licence")
+
+
+    class ChecksItsOwn(LoadsBoth):
+        def __init__(self, **params):
+            raise ValueError("bad init")
 
 
     class LoadsModelMinusOne(Policy):
@@ -379,6 +385,17 @@ def test_a_policy_that_raises_while_being_made_is_one_line_naming_its_file(polic
     line = POLICIES.splitlines().index('        raise RuntimeError("no licence")') + 1
     assert (f"policy '{policies}:FailsToStart' raised RuntimeError while being made: no licence (in __init__, "
             f"{policies} line {line})") in " ".join(output.split())
+
+
+def test_a_value_error_of_a_policys_own_init_is_located_not_blamed_on_the_parameters(policies):
+    # ValueError and TypeError were all taken for "bad parameters", with no file or line.
+    line = POLICIES.splitlines().index('        raise ValueError("bad init")') + 1
+    with pytest.raises(MmsimError) as caught:
+        simulate(two_models(), policy=f"{policies}:ChecksItsOwn", chunks=two_model_burst())
+    assert str(caught.value).endswith(f"policy '{policies}:ChecksItsOwn' raised ValueError while being made: bad init "
+                                        f"(in __init__, {policies} line {line})"), str(caught.value)
+    with pytest.raises(MmsimError, match="bad parameters for policy 'static'"):
+        simulate(two_models(), policy="static", params={"no_such": 1}, chunks=two_model_burst())
 
 
 def test_a_timer_loop_is_named_as_one_not_as_models_evicting_each_other(policies):

@@ -91,5 +91,8 @@ def test_the_terminal_and_the_report_show_each_instance():
     assert "800" in text and "320" in text and "40.0%" in text and f"{176 / 442:.1%}" in text
     many = dict(summary, per_instance=summary["per_instance"] * PREFIX_TABLE_ROWS)
     assert prefix_table(many) is None  # too many for a terminal: summary.json has them
+    # Without prefix ids every prompt is looked up and nothing found: a table of 0% would say nothing.
+    unnamed = [dict(row, prefix_hit_tokens=0, prefix_hit_rate=0.0) for row in summary["per_instance"]]
+    assert prefix_table(dict(summary, per_instance=unnamed)) is None
     page = instance_table({"static": [RunData(summary, None, None, None)]})
     assert page.count("<tr>") == 3 and "40.0%" in page and "442" in page

@@ -101,6 +101,17 @@ def test_verdict_with_three_seeds_judges_the_margin():
     assert "no interval" not in sentence
 
 
+def test_verdict_on_seeds_that_changed_nothing_claims_no_significance():
+    # A trace replays the same requests whatever the seed: three identical runs per policy have zero-width
+    # intervals, and "beyond the 95% intervals" would be read as a lead that holds.
+    runs = [make_run("A", s, good=3.714, slo=0.9) for s in (3, 4, 5)]
+    runs += [make_run("B", s, good=3.712, slo=0.9) for s in (3, 4, 5)]
+    sentence = verdict(groups_of(*runs))
+    assert sentence.startswith("<b>A</b> is best on goodput (3.714 req/s, +0.002 req/s (+0.1%) over <b>B</b>)")
+    assert "beyond the 95% intervals" not in sentence and "not significant" not in sentence
+    assert "The 3 seeds gave every policy the same figures" in sentence
+
+
 def test_ranking_rows_for_the_terminal():
     rows = ranking_rows(groups_of(*RUNS))
     assert [r[1] for r in rows] == ["A", "B", "C"]

@@ -114,6 +114,9 @@ def test_the_next_command_comes_last():
     assert text[-2] == "results: reports/runs/x"
     assert next_command(summary(policy="swap-aware"), Path("s.yaml")).startswith(
         "mmsim compare s.yaml --policies swap-aware,slo-aware,static")
+    # A trace's requests are the same whatever the seed: more seeds would only repeat the run.
+    assert next_command(summary(policy="swap-aware", trace_rows={"rows_read": 3}), Path("s.yaml")) == \
+        "mmsim compare s.yaml --policies swap-aware,slo-aware,static"
 
 
 def test_mmsim_run_prints_the_summary_and_ends_with_the_next_command(tmp_path):

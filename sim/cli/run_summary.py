@@ -138,9 +138,10 @@ def drops_table(summary: dict, by_model: dict[str, dict[str, int]]) -> Table | N
 
 
 def prefix_table(summary: dict) -> Table | None:
-    """Each instance's prefix-cache hit rate, when some instance looked prompt tokens up and there are few."""
+    """Each instance's prefix-cache hit rate, when some instance found prompt tokens there and there are few (a
+    workload without prefix ids looks every prompt up and finds nothing: a table of 0% says nothing)."""
     rows = [r for r in summary.get("per_instance") or [] if r["prefix_queried_tokens"]]
-    if not rows or len(rows) > PREFIX_TABLE_ROWS:
+    if not any(r["prefix_hit_tokens"] for r in rows) or len(rows) > PREFIX_TABLE_ROWS:
         return None
     table = Table(title="prefix cache by instance (prompt tokens, every admission)", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
@@ -199,8 +200,8 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
                   if (per_model.get(model) or {}).get("completed"))
     total = summary.get("requests_total") or 0
     if total and waiting / total > BACKLOG_SHARE:
-        found.append(f"{waiting:,} requests ({waiting / total:.0%}) were still waiting when the run ended: the load "
-                     "is more than this cluster serves under this policy")
+        found.append(f"{waiting:,} requests ({waiting / total:.0%}) were still waiting when the run ended: more load "
+                     "than this cluster serves under this policy, or requests it left where they cannot start")
     attainment = summary.get("slo_attainment")
     unfit = sum(reasons.get("model_exceeds_gpu", 0) for reasons in by_model.values())
     if attainment is not None and attainment < LOW_ATTAINMENT and unfit < total:  # else the cause is named above
@@ -211,11 +212,14 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
 
 def next_command(summary: dict, scenario_path: Path, profile: str | None = None, autoscaler: str | None = None,
                  seed: int | None = None) -> str:
-    """The ``mmsim compare`` that puts this run's policy beside two others on three seeds, from this run's seed, on
-    its profile and autoscaler (the run's overrides), quoted for a POSIX shell."""
+    """The ``mmsim compare`` that puts this run's policy beside two others (on three seeds, from this run's seed,
+    unless a trace fixes the requests whatever the seed), on its profile and autoscaler (the run's overrides),
+    quoted for a POSIX shell."""
     policy = str(summary.get("policy"))
     others = [p for p in FOLLOW_UPS if p != policy][:2]
-    words = ["mmsim", "compare", str(scenario_path), "--policies", ",".join([policy, *others]), "--seeds", "3"]
+    words = ["mmsim", "compare", str(scenario_path), "--policies", ",".join([policy, *others])]
+    if summary.get("trace_rows") is None:
+        words += ["--seeds", "3"]
     for flag, value in (("--seed", seed), ("--profile", profile), ("--autoscaler", autoscaler)):
         if value is not None:
             words += [flag, str(value)]

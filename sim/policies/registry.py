@@ -136,12 +136,14 @@ def make_policy(spec: str, params: dict | None = None):
     check_params(cls, params or {})
     try:
         policy = cls(**(params or {}))
-    except (TypeError, ValueError) as error:
-        raise MmsimError(f"bad parameters for policy {spec!r}: {error}") from None
     except Exception as error:
-        if cls.__module__.startswith("sim."):
+        user = not cls.__module__.startswith("sim.")
+        where = where_raised(error, cls) if user else None
+        if where is None and isinstance(error, (TypeError, ValueError)):
+            # Raised by the call itself, or by mmsim's own parameter checks: the parameters are what is wrong.
+            raise MmsimError(f"bad parameters for policy {spec!r}: {error}") from None
+        if not user:
             raise  # mmsim's own defect: its traceback is the report
-        where = where_raised(error, cls)
         raise MmsimError(f"policy {spec!r} raised {type(error).__name__} while being made: {error}"
                          f"{'' if where is None else ' ' + where}", field="policy.name") from None
     if not isinstance(policy, Policy):  # the engine calls its hooks as a Policy's (compiled, they are typed)

@@ -6,8 +6,9 @@ BUILTIN_POLICY_COLOURS = {"static": "#64748b", "fcfs-swap": "#dc2626", "time-sli
                           "swap-aware": "#2563eb", "offload-aware": "#059669", "slo-aware": "#7c3aed",
                           "prefix-swap-aware": "#0d9488"}
 """One colour per built-in policy, the same in every report and plot."""
-EXTRA_POLICY_COLOURS = ("#db2777", "#0891b2", "#65a30d", "#b45309", "#4f46e5", "#be123c", "#0f766e", "#a21caf")
-"""Colours for user policies, handed out in order of appearance."""
+EXTRA_POLICY_COLOURS = ("#111827", "#c026d3", "#65a30d", "#78350f", "#0891b2", "#db2777", "#4f46e5", "#be123c")
+"""Colours for user policies, handed out in order of appearance: the first few far from every built-in's (the
+first was a pink beside fcfs-swap's red)."""
 MODEL_COLOURS = ("#60a5fa", "#f472b6", "#34d399", "#fbbf24", "#a78bfa", "#fb923c", "#22d3ee", "#a3e635", "#94a3b8",
                  "#f87171")
 

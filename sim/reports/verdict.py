@@ -24,14 +24,24 @@ def ranking(groups: dict[str, list[RunData]]) -> list[str]:
     return sorted(groups, key=key)
 
 
-def _significance(lead: Estimate, runner: Estimate) -> str:
+def seeds_agree(groups: dict[str, list[RunData]]) -> bool:
+    """Whether the seeds gave each policy the same goodput and SLO attainment (a trace replays the same requests
+    whatever the seed): then an interval over them has no width and says nothing about a lead."""
+    return all(len({col.read(run.summary) for run in runs}) == 1 for runs in groups.values() for col in (GOODPUT, SLO)
+               if len(runs) >= MIN_SEEDS)
+
+
+def _significance(lead: Estimate, runner: Estimate, agree: bool) -> str:
+    if agree:
+        return ""
     apart = overlap(lead, runner)
     if apart is None:
         return ""
     return "; the 95% intervals overlap, so the lead is not significant" if apart else "; beyond the 95% intervals"
 
 
-def _lead(groups: dict[str, list[RunData]], col: Column, strong: Callable[[str], str]) -> tuple[str, str]:
+def _lead(groups: dict[str, list[RunData]], col: Column, strong: Callable[[str], str],
+          agree: bool = False) -> tuple[str, str]:
     """The leader on one column and the text of its lead over the runner-up."""
     estimates = {p: estimate(col, runs) for p, runs in groups.items()}
     means = {p: e.mean for p, e in estimates.items() if e.mean is not None}
@@ -52,7 +62,7 @@ def _lead(groups: dict[str, list[RunData]], col: Column, strong: Callable[[str],
             text += f", {mean - other:+.3f} req/s{relative} over {strong(runner)}"
         else:
             text += f", {100 * (mean - other):+.1f} points over {strong(runner)}"
-        text += _significance(estimates[winner], estimates[runner])
+        text += _significance(estimates[winner], estimates[runner], agree)
     return winner, text
 
 
@@ -80,8 +90,10 @@ def verdict(groups: dict[str, list[RunData]], threshold: float = DROP_THRESHOLD,
     how drops were counted, which policies dropped more than ``threshold``, and whether intervals exist."""
     if not groups:
         return "No runs to compare."
-    good_winner, good = _lead(groups, GOODPUT, strong)
-    slo_winner, slo = _lead(groups, SLO, strong)
+    seeds = min(len(runs) for runs in groups.values())
+    agree = seeds >= MIN_SEEDS and seeds_agree(groups)
+    good_winner, good = _lead(groups, GOODPUT, strong, agree)
+    slo_winner, slo = _lead(groups, SLO, strong, agree)
     if len(groups) == 1:
         sentence = f"Only one policy, {strong(good_winner)}, was run: goodput {good}, SLO attainment {slo}."
     elif good_winner == slo_winner:
@@ -91,8 +103,10 @@ def verdict(groups: dict[str, list[RunData]], threshold: float = DROP_THRESHOLD,
                     f"{strong(slo_winner)} has the best SLO attainment ({slo}).")
     sentence += " Both count every request, dropped ones as misses."
     sentence += _drops_sentence(groups, threshold, strong)
-    seeds = min(len(runs) for runs in groups.values())
-    if seeds < MIN_SEEDS:
+    if agree:
+        sentence += (f" The {seeds} seeds gave every policy the same figures (a trace replays the same requests "
+                     "whatever the seed), so they tell nothing of how far a lead would hold on other traffic.")
+    elif seeds < MIN_SEEDS:
         sentence += (f" {no_interval_text(seeds)}: run with --seeds {MIN_SEEDS} or more to know whether a lead is "
                      "significant.")
     return sentence

@@ -7,7 +7,8 @@ import io
 import math
 
 STYLE = ("body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;font-size:0.85em}"
-         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}svg{max-width:100%;height:auto}")
+         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}svg{max-width:100%;height:auto}"
+         ".wide{overflow-x:auto}")
 
 
 def pyplot():
@@ -30,10 +31,11 @@ def figure_svg(figure) -> str:
 
 
 def table(columns: list[str], rows: list[list[str]]) -> str:
-    """An HTML table; cells are HTML already (escape text before)."""
+    """An HTML table; cells are HTML already (escape text before). A table wider than the page scrolls in its own
+    box, not the whole page."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def num(value, spec: str = ".3f") -> str:

@@ -68,7 +68,9 @@ def pareto_svg(rows: list[dict], colour_key: str, marker_key: str) -> str:
 
     plt = pyplot()
     figure, axis = plt.subplots(figsize=(8.0, 4.0))
-    labels = [r[colour_key] if r[colour_key] == r[marker_key] else f"{r[colour_key]} / {r[marker_key]}" for r in rows]
+    # A sweep's series label already names its policy ("static, load=0.5"): "static / static, load=0.5" says it twice.
+    labels = [str(r[marker_key]) if str(r[colour_key]) in str(r[marker_key]).split(", ")
+              else f"{r[colour_key]} / {r[marker_key]}" for r in rows]
     if len({r[colour_key] for r in rows}) == 1:
         colour_key = marker_key  # one policy: let the colours tell the autoscalers apart too
     colours = policy_colours(list(dict.fromkeys(r[colour_key] for r in rows)))
