@@ -210,6 +210,11 @@ def model_from_hf_config(path: str | Path, name: str) -> ModelSpec:
     text_config = data.get("text_config")
     fields = _ConfigFields(text_config if isinstance(text_config, dict) else data, data, source)
     family = str(fields.config.get("model_type", data.get("model_type", "unknown")))
+    if fields.config.get("kv_lora_rank") is not None:
+        # DeepSeek's multi-head latent attention caches one compressed latent per token, not KV heads x head_dim:
+        # priced by its heads, its KV cache and the memory it leaves would be several times off.
+        raise fields.error("multi-head latent attention (DeepSeek-style MLA) is not modelled: its KV cache is a "
+                           "latent of this rank per token, not KV heads x head_dim", "kv_lora_rank")
     layers, hidden, heads, kv_heads, head_dim = _attention_shape(fields)
     experts, per_token, moe_ffn, shared = _experts(fields)
     return ModelSpec(

@@ -146,7 +146,7 @@ def _user_code_errors(engine: Engine) -> Iterator[None]:
         yield
     except MmsimError:
         raise
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit() in a hook ended the run silently, with exit 0
         autoscaler = getattr(engine.fleet, "autoscaler", None)
         problem = user_code_error(error, engine, autoscaler)
         if problem is None:

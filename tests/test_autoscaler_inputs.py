@@ -108,3 +108,33 @@ class Named(Autoscaler):
 def test_a_named_autoscaler_is_named_with_its_class():
     with pytest.raises(PolicyContractError, match=r"^autoscaler 'mine' \(Named\) broke the autoscaler contract"):
         checked_answer(Named(), signals(), None)
+
+
+@pytest.mark.parametrize("spec, params, expected", [
+    # A target of 0 was a ZeroDivisionError traceback at the first decision; shares and smoothing factors above 1
+    # ran, and meant nothing.
+    ("autoscaler", ("utilisation", {"target": 0}), "autoscaler.params.target: expected a number from 0.01 to 1, not 0"),
+    ("autoscaler", ("kv-utilisation", {"target": 5}), "autoscaler.params.target: expected a number from 0.01 to 1, not 5"),
+    ("autoscaler", ("queue-depth", {"target": 0}), "autoscaler.params.target: expected a number from 0.01 to 1e+09"),
+    ("autoscaler", ("predictive", {"alpha": 2}), "autoscaler.params.alpha: expected a number from 0.01 to 1, not 2"),
+    ("autoscaler", ("predictive", {"target_in_flight": 0}), "autoscaler.params.target_in_flight: expected a number"),
+    ("policy", ("offload-aware", {"min_gpu_share": 5}), "policy.params.min_gpu_share: expected a number from 0.01 to 1"),
+    ("policy", ("offload-aware", {"max_slowdown": 0}), "policy.params.max_slowdown: expected a number from 1 to 1e+09"),
+    ("policy", ("swap-aware", {"kv_reserve_tokens": 1.5}), "policy.params.kv_reserve_tokens: expected a whole number, not 1.5"),
+])
+def test_parameters_out_of_their_own_range_are_refused(spec, params, expected):
+    from sim.errors import MmsimError
+    from sim.fleet.autoscalers import make_autoscaler
+    from sim.policies.registry import make_policy
+
+    name, values = params
+    with pytest.raises(MmsimError) as refused:
+        (make_autoscaler if spec == "autoscaler" else make_policy)(name, values)
+    assert str(refused.value).startswith(expected), str(refused.value)
+
+
+def test_a_rate_named_per_s_may_be_zero():
+    # aging_tokens_per_s is a rate, not a period: "_s" made it at least 0.001.
+    from sim.policies.registry import make_policy
+
+    assert make_policy("swap-aware", {"aging_tokens_per_s": 0}).aging_tokens_per_s == 0

@@ -52,6 +52,8 @@ def _config_scenario(tmp_path, edit: dict) -> tuple[Path, Path]:
     ({"num_experts": 8, "num_experts_per_tok": 0}, "num_experts_per_tok", "expected a positive whole number, got 0"),
     ({"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 0, "intermediate_size": 0},
      "intermediate_size", "expected a positive whole number, got 0"),
+    # DeepSeek's latent attention: priced by its heads, the KV cache would have been several times too large.
+    ({"kv_lora_rank": 512}, "kv_lora_rank", "multi-head latent attention (DeepSeek-style MLA) is not modelled"),
 ])
 def test_an_impossible_config_field_is_refused_by_run(tmp_path, edit, field, expected):
     scenario, config = _config_scenario(tmp_path, edit)
@@ -190,3 +192,13 @@ def test_a_trace_cell_true_is_echoed_as_the_file_wrote_it(tmp_path):
     trace = write(tmp_path / "t.jsonl", '{"arrival_s": 0.1, "model": "qwen2.5-3b", "prompt_tokens": true, '
                                         '"output_tokens": 5}\n')
     refused(["trace", "stats", trace], "line 1: prompt_tokens true is not a whole number")
+
+
+def test_a_misspelt_dtype_of_a_profiles_model_is_refused(tmp_path):
+    """Under ``fp99`` the measured entry never applied: the run fell back to the roofline estimate, without a word."""
+    data = json.loads(PROFILE.read_text())
+    name = next(iter(data["models"]))
+    data["models"][name]["dtype"] = "fp99"
+    profile = write(tmp_path / "p.json", json.dumps(data))
+    refused(["run", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--profile", profile, "--out", tmp_path / "o"],
+            f"{profile}: models.{name}.dtype: unknown dtype 'fp99'; expected one of fp32, fp16", out=tmp_path / "o")

@@ -117,3 +117,14 @@ def test_capacity_rejects_bad_queries(scenario_path):
         plan_capacity(scenario_path, CapacityQuery(["static"], 1.5, [1]))
     with pytest.raises(MmsimError, match="--low < --high"):
         plan_capacity(scenario_path, CapacityQuery(["static"], 0.9, [1], low=2.0, high=1.0))
+
+
+def test_capacity_refuses_a_folder_holding_another_scenarios_sweep(scenario_path, tmp_path):
+    # Its capacity.json landed beside that sweep's runs, and the sweep's report showed it as the sweep's own.
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text(json.dumps({"name": "other", "base": str(tmp_path / "other.yaml"), "axes": ["seed"]}))
+    with pytest.raises(MmsimError, match="holds sweep 'other' of .*give another --out"):
+        CliRunner().invoke(app, ["capacity", str(scenario_path), "--policies", "static", "--seeds", "1",
+                                 "--out", str(sweep)], catch_exceptions=False)
+    assert not (sweep / "capacity.json").exists()

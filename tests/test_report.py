@@ -119,6 +119,26 @@ def test_compare_never_replaces_a_finished_run_of_another_scenario_without_force
     assert (tmp_path / "again.html").is_file()
 
 
+def test_compare_with_force_never_writes_its_page_over_a_file_the_runs_read(tmp_path):
+    # --force lets the page replace a file mmsim did not write; it wrote HTML over the scenario's profile, its trace
+    # and the policy file, and every later run on them failed.
+    profile = tmp_path / "prof.json"
+    profile.write_text(Path("sim/data/profiles/paper-rtx5000.json").read_text())
+    policy = tmp_path / "mine.py"
+    policy.write_text("from sim.policies.static import StaticPolicy\n\nclass Mine(StaticPolicy):\n    name = 'mine'\n")
+    scenario = tmp_path / "tiny.yaml"
+    short = {**SCENARIO, "profile": "prof.json",
+             "workload": {"generator": {**SCENARIO["workload"]["generator"], "duration_s": 5}}}
+    scenario.write_text(yaml.safe_dump(short))
+    for target in (profile, policy, scenario):
+        before = target.read_bytes()
+        with pytest.raises(MmsimError, match="the output is also an input of this command"):
+            compare(scenario, ["static", f"{policy}:Mine"], out=target, runs_dir=tmp_path / "runs",
+                    show_progress=False, force=True)
+        assert target.read_bytes() == before
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_next_command_a_run_prints_runs_beside_it(tmp_path, monkeypatch):
     """`mmsim run` prints a `compare` to try next; it runs the same (scenario, policy, seed) again into the run's
     own folder, which is the same run made again, not a folder to refuse. The same run twice is also allowed."""

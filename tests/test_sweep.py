@@ -74,6 +74,10 @@ def test_expansion_applies_axes_and_ids_are_stable(tmp_path):
     ({"models.5.dtype": ["fp16"]}, "axes.models.5.dtype"),  # was an IndexError traceback: the base has 2 models
     ({"seed": list(range(100)), "engine.max_num_seqs": list(range(1, 101)), "engine.block_size": list(range(1, 101))},
      "1,000,000 runs"),  # was minutes of validating combinations before the first word
+    # Two axes on one field: the later one won, and the index recorded the other's value.
+    ({"load": [2], "workload.time_scale": [0.5]}, "axes 'load' and 'workload.time_scale' both set workload.time_scale"),
+    ({"gpus": [4], "cluster.nodes": [1]}, "axes 'gpus' and 'cluster.nodes' both set cluster.nodes"),
+    ({"cluster": [{"nodes": 1}], "cluster.nodes": [2]}, "axes 'cluster' and 'cluster.nodes' both set cluster"),
 ])
 def test_bad_axes_name_the_field_or_run(tmp_path, axes, message):
     path = write_sweep(tmp_path, axes)

@@ -160,6 +160,8 @@ def capacity(scenario: Path = typer.Argument(..., help="scenario YAML"),
         out = Path("reports/pareto") / safe_name(loaded.name, "scenario")
     if out is not None:
         check_output_dir(out)
+        if not pareto:
+            _check_sweep_of(out, scenario)
     if ray_address:
         check_ray_address(ray_address)
     if policies is not None:  # an empty --policies is a mistake, not a request for the scenario's policy
@@ -196,6 +198,19 @@ def _check_modes(cheapest_fleet: bool, pareto: bool, given: dict) -> None:
         if value is not None and flag not in SEARCH_FLAGS[mode]:
             owners = " and ".join(m for m, flags in SEARCH_FLAGS.items() if flag in flags)
             raise MmsimError(f"{flag} is for {owners}, not for {mode}")
+
+
+def _check_sweep_of(out: Path, scenario: Path) -> None:
+    """A folder holding a sweep takes the capacity.json of that sweep's scenario only: its report shows the answers
+    as the sweep's own."""
+    try:
+        meta = json.loads((out / "sweep.json").read_text())
+    except (OSError, ValueError):
+        return  # no sweep there (a damaged one is the report's to name)
+    base = meta.get("base") if isinstance(meta, dict) else None
+    if isinstance(base, str) and Path(base).resolve() != scenario.resolve():
+        raise MmsimError(f"holds sweep {meta.get('name')!r} of {base}, not of {scenario}: its report would show this "
+                         "search's answers as its own; give another --out", source=str(out))
 
 
 def _autoscaler_names(text: str | None) -> list[str]:

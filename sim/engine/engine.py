@@ -29,7 +29,7 @@ from sim.engine.routing import Router
 from sim.engine.request import Request
 from sim.engine.transfers import Node
 from sim.policies.base import Policy
-from sim.policies.contract import checked_route, is_user_code
+from sim.policies.contract import checked_route, checked_victim, is_user_code
 
 
 @dataclass(frozen=True)
@@ -313,7 +313,10 @@ class Engine:
 
     def preempt_for_blocks(self, instance: Instance, now: float) -> float:
         """Preempt the policy's victim; returns the KV swap-out seconds the step waits for."""
-        victim, mode = self.policy.choose_victim(instance, self.view)
+        if self.checks_policy:
+            victim, mode = checked_victim(self, instance)
+        else:
+            victim, mode = self.policy.choose_victim(instance, self.view)
         return preemption.preempt(self, instance, victim, mode, now)
 
     def preempt(self, instance: Instance, request: Request, mode: str, now: float) -> float:

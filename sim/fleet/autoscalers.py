@@ -69,6 +69,11 @@ class Autoscaler:
     def param_defaults(cls) -> dict[str, Any]:
         return {}
 
+    @classmethod
+    def param_limits(cls) -> dict[str, tuple[float, float]]:
+        """The range (low, high, both allowed) of each numeric parameter that has a narrower one than [0, 1e9]."""
+        return {}
+
     def desired(self, signals: ModelSignals) -> tuple[int, str]:
         """The replicas ``signals.model`` should have, and the signal behind the number (logged)."""
         return signals.replicas, "none"
@@ -138,6 +143,10 @@ class PerReplicaAutoscaler(Autoscaler):
     metric: ClassVar[str] = ""
     target: float
 
+    @classmethod
+    def param_limits(cls) -> dict[str, tuple[float, float]]:
+        return {"target": (0.01, 1.0)}  # a share of the GPU's time or of its KV blocks (0 divided by zero)
+
     def desired(self, signals: ModelSignals) -> tuple[int, str]:
         value = getattr(signals, self.metric)
         wanted = proportional(signals.ready, value, self.target) if signals.ready else signals.replicas
@@ -174,6 +183,10 @@ class QueueDepthAutoscaler(Autoscaler):
     def param_defaults(cls) -> dict[str, Any]:
         return {"target": 4.0}
 
+    @classmethod
+    def param_limits(cls) -> dict[str, tuple[float, float]]:
+        return {"target": (0.01, 1e9)}  # queued requests per replica, divided by
+
     def desired(self, signals: ModelSignals) -> tuple[int, str]:
         # An average-value target: the sum of the per-pod metric over the target, however many pods there are.
         per_replica = signals.queued / max(signals.replicas, 1)
@@ -198,6 +211,12 @@ class PredictiveAutoscaler(Autoscaler):
     @classmethod
     def param_defaults(cls) -> dict[str, Any]:
         return {"target_in_flight": 16.0, "alpha": 0.5, "beta": 0.3}
+
+    @classmethod
+    def param_limits(cls) -> dict[str, tuple[float, float]]:
+        # Holt's smoothing factors are weights of the newest figure: from 0 (never) to 1 (only it); the level's must
+        # move at all.
+        return {"target_in_flight": (0.01, 1e9), "alpha": (0.01, 1.0), "beta": (0.0, 1.0)}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

@@ -142,6 +142,11 @@ class Policy:
         """Parameters this policy accepts, with their defaults."""
         return {}
 
+    @classmethod
+    def param_limits(cls) -> dict[str, tuple[float, float]]:
+        """The range (low, high, both allowed) of each numeric parameter that has a narrower one than [0, 1e9]."""
+        return {}
+
     # -- placement -------------------------------------------------------------------------------
     def setup(self, view: ClusterView) -> None:
         """Initial residency at time 0 (default: nothing loaded)."""

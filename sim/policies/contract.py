@@ -86,6 +86,31 @@ def checked_route(engine: Engine, request: Request) -> Instance | None:
     return cast("Instance | None", answer)
 
 
+VICTIM_FORM = "(a request of instance.running or instance.prefilling, 'swap' or 'recompute')"
+
+
+def checked_victim(engine: Engine, instance: Instance) -> tuple[Request, str]:
+    """The user's policy's ``choose_victim`` answer, and a stop to the run unless it is a request running or
+    prefilling on ``instance`` and a preemption mode (a waiting one looped for ever, another instance's or None was a
+    traceback, and an unknown mode was taken as recompute)."""
+    answer: object = engine.policy.choose_victim(instance, engine.view)
+    problem = ""
+    if not isinstance(answer, tuple) or len(answer) != 2:
+        problem = f"gave {cut(repr(answer))}, not a pair"
+    else:
+        request, mode = answer
+        if not isinstance(request, Request) or request.instance is not instance \
+                or request.state not in ("running", "prefilling"):
+            problem = f"named {cut(repr(request))}, which is not running or prefilling on it"
+        elif mode not in ("swap", "recompute"):
+            problem = f"gave the mode {cut(repr(mode))}"
+    if problem:
+        raise PolicyContractError(
+            f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its choose_victim on "
+            f"{instance.name} (GPU {instance.gpu.index}) {problem}; it must return {VICTIM_FORM}")
+    return cast("tuple[Request, str]", answer)
+
+
 def checked_waiting_leaders(engine: Engine, instance: Instance) -> list[Request]:
     """The policy's ``waiting_leaders``, and a stop to the run unless it named requests waiting on ``instance``."""
     answer: object = engine.policy.waiting_leaders(instance, engine.view)  # a user's: anything at all
@@ -133,7 +158,7 @@ def check_accounted(engine: Engine, arrived: int) -> None:
                               "view's actions")
 
 
-def user_code_error(error: Exception, engine: Engine, autoscaler: object | None) -> PolicyContractError | None:
+def user_code_error(error: BaseException, engine: Engine, autoscaler: object | None) -> PolicyContractError | None:
     """The one-line error for an exception raised in a user's policy or autoscaler code; None if it came from
     elsewhere (mmsim's own defect, which keeps its traceback)."""
     suspects: list[tuple[str, object]] = [(policy_label(engine), engine.policy)]

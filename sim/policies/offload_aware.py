@@ -48,6 +48,10 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         return {**super().param_defaults(), "short_output_tokens": 256, "max_slowdown": 1.4,
                 "min_gpu_share": 0.5, "kv_reserve_tokens": 4096}
 
+    @classmethod
+    def param_limits(cls) -> dict[str, tuple[float, float]]:
+        return {"max_slowdown": (1.0, 1e9), "min_gpu_share": (0.01, 1.0)}  # a slowdown, a share of the layers
+
     def is_long(self, request: Request) -> bool:
         return request.predicted_output_tokens > self.short_output_tokens
 

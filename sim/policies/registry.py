@@ -110,9 +110,12 @@ MIN_PERIOD_S = 1e-3
 
 
 def check_params(cls: type, params: dict, section: str = "policy") -> None:
-    """Each parameter must have the type of its default: a finite number in [0, 1e9] (``*_s`` at least
-    MIN_PERIOD_S when the default is positive), a boolean, or text. Other defaults are the policy's to check."""
+    """Each parameter must have the type of its default: a finite number in [0, 1e9] (a whole one where the default
+    is; a period, ``*_s`` but not a rate ``*_per_s``, at least MIN_PERIOD_S when the default is positive; within the
+    class's ``param_limits()`` where it names the parameter), a boolean, or text. Other defaults are the class's to
+    check."""
     defaults = cls.param_defaults() if hasattr(cls, "param_defaults") else {}
+    limits = cls.param_limits() if hasattr(cls, "param_limits") else {}
     for key, value in params.items():
         default = defaults.get(key)
         field = f"{section}.params.{key}"
@@ -122,9 +125,12 @@ def check_params(cls: type, params: dict, section: str = "policy") -> None:
         elif isinstance(default, (int, float)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise MmsimError(f"expected a finite number, not {value!r:.40}", field=field)
-            low = MIN_PERIOD_S if key.endswith("_s") and default > 0 else 0.0
-            if not low <= value <= 1e9:
-                raise MmsimError(f"expected a number from {low:g} to 1e9, not {value!r}", field=field)
+            if isinstance(default, int) and value != int(value):
+                raise MmsimError(f"expected a whole number, not {value!r}", field=field)
+            period = key.endswith("_s") and not key.endswith("_per_s") and default > 0
+            low, high = limits.get(key, (MIN_PERIOD_S if period else 0.0, 1e9))
+            if not low <= value <= high:
+                raise MmsimError(f"expected a number from {low:g} to {high:g}, not {value!r}", field=field)
         elif isinstance(default, str) and not isinstance(value, str):
             raise MmsimError(f"expected text, not {value!r:.40}", field=field)
 
@@ -136,7 +142,7 @@ def make_policy(spec: str, params: dict | None = None):
     check_params(cls, params or {})
     try:
         policy = cls(**(params or {}))
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         user = not cls.__module__.startswith("sim.")
         where = where_raised(error, cls) if user else None
         if where is None and isinstance(error, (TypeError, ValueError)):

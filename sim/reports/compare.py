@@ -24,6 +24,24 @@ def run_folder(runs_dir: Path, scenario, policy: str, seed: int) -> Path:
     return Path(runs_dir) / default_run_dir(scenario, policy, seed).name
 
 
+def files_named(data: object, base_dir: Path = Path(".")) -> list[Path]:
+    """The existing files that a scenario's values (or a list of policy names) name: a profile, a trace, a length
+    file, a model's config, a ``path.py:Class`` policy or autoscaler, found from ``base_dir`` or the current folder."""
+    found: list[Path] = []
+    if isinstance(data, dict):
+        for value in data.values():
+            found += files_named(value, base_dir)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            found += files_named(value, base_dir)
+    elif isinstance(data, str) and data and "\n" not in data and len(data) < 4096:
+        for text in {data, data.rsplit(":", 1)[0]}:  # path.py:Class names the file before the colon
+            for where in (base_dir / text, Path(text)):
+                if where.is_file():
+                    found.append(where)
+    return found
+
+
 def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Path | None = None,
             runs_dir: Path = Path("reports/runs"), mode: str = "fast", show_progress: bool = True,
             threshold: float = DROP_THRESHOLD, force: bool = False, scenario: Scenario | None = None,
@@ -58,7 +76,10 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
                              f"{folder}; give each policy once")
         folders[folder] = policy
         check_run_dir(folder, force, scenario_data)
-    check_page_target(out, inputs=[scenario_path], folders=list(folders), force=force)  # the page reads them all
+    # The page reads every run folder; the runs read the scenario and the files it names (--force must not let the
+    # page replace a profile, a trace or a policy file).
+    inputs = [scenario_path, *files_named(scenario.model_dump(), scenario_path.parent), *files_named(policies)]
+    check_page_target(out, inputs=inputs, folders=list(folders), force=force)
     runs: list[RunData] = []
     with progress_bar(show_progress) as progress:
         task = progress.add_task("runs", total=len(plan))

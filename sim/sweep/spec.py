@@ -55,11 +55,29 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"axis {path!r} needs positive finite numbers (at most 1e6)")
             if path == "gpus" and not all(float(v).is_integer() for v in values):
                 raise ValueError(f"axis 'gpus' needs whole numbers of GPUs, not {next(v for v in values if not float(v).is_integer())}")
+        _no_two_axes_set_one_field(list(axes))
         runs = math.prod(len(values) for values in axes.values())
         if runs > MAX_RUNS:
             raise ValueError(f"the axes make {runs:,} runs ({' x '.join(str(len(v)) for v in axes.values())}); "
                              f"a sweep may have at most {MAX_RUNS:,}")
         return axes
+
+
+CONVENIENCE_FIELDS = {"load": ("workload.time_scale",), "gpus": ("cluster.nodes", "cluster.gpus_per_node")}
+"""The scenario fields each convenience axis sets."""
+
+
+def _no_two_axes_set_one_field(paths: list[str]) -> None:
+    """Refuse two axes that set the same field (``load`` and ``workload.time_scale``; ``gpus`` and
+    ``cluster.nodes``; a field and one inside it): the later one won, and the index named the other's value."""
+    fields = [(path, CONVENIENCE_FIELDS.get(path, (path,))) for path in paths]
+    for i, (first, first_fields) in enumerate(fields):
+        for second, second_fields in fields[i + 1:]:
+            for a in first_fields:
+                for b in second_fields:
+                    if a == b or a.startswith(b + ".") or b.startswith(a + "."):
+                        raise ValueError(f"axes {first!r} and {second!r} both set {min(a, b, key=len)}; "
+                                         "keep one of them")
 
 
 def _same_number(value):
