@@ -138,3 +138,32 @@ def test_a_rate_named_per_s_may_be_zero():
     from sim.policies.registry import make_policy
 
     assert make_policy("swap-aware", {"aging_tokens_per_s": 0}).aging_tokens_per_s == 0
+
+
+class Unsure(Autoscaler):
+    def at_rest(self, model):
+        return "maybe"
+
+
+def test_an_at_rest_answer_that_is_no_yes_or_no_stops_the_run():
+    from sim.fleet.autoscalers import checked_rest
+
+    with pytest.raises(PolicyContractError, match=r"autoscaler 'Unsure' broke the autoscaler contract at t=100\.000 s: "
+                                                  r"its at_rest\('m'\) returned 'maybe'; it must return True, False or None"):
+        checked_rest(Unsure(), signals())
+    assert checked_rest(Mine(), signals()) is None
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("pols.py:", "'' is not a class name"),
+    ("pols.py:__class__", "'__class__' is not a class name"),
+    ("pols.py:X", r"'X' is not a class \(it is 5\)"),
+])
+def test_a_policy_file_spec_that_names_no_class_is_refused(tmp_path, monkeypatch, spec, expected):
+    from sim.errors import MmsimError
+    from sim.policies.registry import get_policy_class
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pols.py").write_text("X = 5\n")
+    with pytest.raises(MmsimError, match=expected):
+        get_policy_class(spec)

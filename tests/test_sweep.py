@@ -235,3 +235,17 @@ def test_a_sweep_runs_only_into_a_new_folder_or_its_own(tmp_path):
     refused = cli(path, tmp_path / "mine")
     assert refused.returncode == 2 and "holds other files and no sweep" in refused.stderr
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("base, message", [
+    (".", r"base scenario '\.' is a folder"),
+    ("sweep.yaml", "names this sweep file itself"),
+    ("missing.yaml", r"not found \(looked in [^,]*missing.yaml, missing.yaml\)"),
+])
+def test_a_base_that_is_no_scenario_file_is_named_as_what_it_is(tmp_path, monkeypatch, base, message):
+    # "." said "not found (looked in ., .)", and the sweep file itself said "models: Field required".
+    path = write_sweep(tmp_path)
+    path.write_text(yaml.safe_dump({"name": "t", "base": base, "axes": AXES}, sort_keys=False))
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.raises(MmsimError, match=message):
+        expand(load_sweep(path), path)

@@ -106,6 +106,16 @@ def checked_answer(autoscaler: Autoscaler, signals: ModelSignals, answer: object
     return int(count), str(reason)
 
 
+def checked_rest(autoscaler: Autoscaler, signals: ModelSignals) -> bool | None:
+    """``autoscaler.at_rest(model)``: True, False or None, or a stop to the run naming what it gave."""
+    rest = autoscaler.at_rest(signals.model)
+    if rest is True or rest is False or rest is None:
+        return rest
+    raise PolicyContractError(f"{user_label('autoscaler', autoscaler.name, autoscaler)} broke the autoscaler contract "
+                              f"at t={signals.now:.3f} s: its at_rest({signals.model!r}) returned {cut(repr(rest))}; it "
+                              "must return True, False or None")
+
+
 def _answer_problem(answer: object) -> str:
     """What is wrong with an answer of ``desired()``, or nothing (a NumPy integer, or an int or str subclass, will do)."""
     if not isinstance(answer, tuple):

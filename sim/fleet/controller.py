@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Generator
 import simpy
 
 from sim.engine.stillness import INF, first_on_grid, next_change_s
-from sim.fleet.autoscalers import Autoscaler, ModelSignals, checked_answer
+from sim.fleet.autoscalers import Autoscaler, ModelSignals, checked_answer, checked_rest
 from sim.fleet.coldstart import expected_start_s, instance_stages
 from sim.files import counted
 from sim.fleet.cost import physical_gpus_per_node
@@ -142,7 +142,7 @@ class FleetController:
             signals = self.signals(model, now)
             answer = checked_answer(self.autoscaler, signals, self.autoscaler.desired(signals))
             wanted, reason = self._bounded(model, signals, now, answer, len(unserved - {model}))
-            rest = self.autoscaler.at_rest(signals.model)
+            rest = checked_rest(self.autoscaler, signals)
             still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
                 and rest is not False
             answers.append((answer, rest))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sim.errors import MmsimError
+from sim.files import cut
 from sim.policies.contract import where_raised
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ def load_class_from_file(spec: str, kind: str = "policy") -> type:
     """The class a ``path/to/file.py:ClassName`` spec names (a user's policy or autoscaler); runs the file."""
     path_text, _, class_name = spec.rpartition(":")
     path = Path(path_text)
+    if not class_name.isidentifier() or class_name.startswith("__"):  # checked before the file's code runs
+        raise MmsimError(f"{kind} {spec!r}: {class_name!r} is not a class name (expected path/to/file.py:ClassName)")
     if not path.is_file():
         raise MmsimError(f"{kind} file {path} does not exist or is not a regular file "
                          "(expected path/to/file.py:ClassName)")
@@ -69,6 +72,8 @@ def load_class_from_file(spec: str, kind: str = "policy") -> type:
     cls = getattr(module, class_name, None)
     if cls is None:
         raise MmsimError(f"{kind} file {path} has no class {class_name!r}")
+    if not isinstance(cls, type):
+        raise MmsimError(f"{kind} file {path}: {class_name!r} is not a class (it is {cut(repr(cls))})")
     return cls
 
 

@@ -121,9 +121,17 @@ def load_sweep(path: str | Path) -> SweepSpec:
 def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
     """The base scenario: relative to the sweep file's folder first, then to the current folder."""
     candidates = [Path(spec.base)] if Path(spec.base).is_absolute() else [sweep_path.parent / spec.base, Path(spec.base)]
+    candidates = list(dict.fromkeys(candidates))  # the sweep's folder may be the current one: name it once
     for candidate in candidates:
         if candidate.is_file():
+            if candidate.resolve() == sweep_path.resolve():
+                raise MmsimError("names this sweep file itself; base is the scenario the axes change",
+                                 source=str(sweep_path), field="base")
             return candidate.resolve()
+    folder = next((c for c in candidates if c.is_dir()), None)
+    if folder is not None:
+        raise MmsimError(f"base scenario {spec.base!r} is a folder ({folder}); give the scenario's YAML file",
+                         source=str(sweep_path), field="base")
     raise MmsimError(f"base scenario {spec.base!r} not found (looked in {', '.join(str(c) for c in candidates)})",
                      source=str(sweep_path), field="base")
 
