@@ -141,7 +141,8 @@ def test_failed_run_is_recorded_and_others_go_on(tmp_path):
     assert index.loc["paper-rtx5000", "status"] == "ok"
     assert index.loc["missing-profile.json", "status"] == "failed"
     assert "profile" in index.loc["missing-profile.json", "error"]
-    assert (tmp_path / "out" / "runs" / index.loc["missing-profile.json", "run_id"] / "error.txt").is_file()
+    error = (tmp_path / "out" / "runs" / index.loc["missing-profile.json", "run_id"] / "error.txt").read_text()
+    assert "missing-profile.json" in error and "Traceback" not in error  # an input error: its line, no traceback
     again = sweep(path, tmp_path / "out", workers=1)
     assert again["skipped"] == 1 and again["ran"] == 1  # a failed run is retried, a finished one is not
 

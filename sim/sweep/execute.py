@@ -52,7 +52,9 @@ def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool
         elif return_frames:
             outcome["result"] = result
     except Exception as error:  # a run's failure is recorded in the index; the sweep goes on
-        outcome.update(status="failed", error=f"{type(error).__name__}: {error}", details=traceback.format_exc())
+        # An input error (a profile an axis names that does not exist) is its one line; only a defect keeps a traceback.
+        details = f"{error}\n" if isinstance(error, MmsimError) else traceback.format_exc()
+        outcome.update(status="failed", error=f"{type(error).__name__}: {error}", details=details)
         if out_dir is not None:
             write_error(Path(out_dir), outcome["details"])
     outcome["wall_s"] = time.perf_counter() - started
