@@ -87,20 +87,85 @@ class _UniqueKeys:
         return super().construct_mapping(node, deep)  # type: ignore[misc]
 
 
-class _UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+CORE_SCHEMA = {
+    "tag:yaml.org,2002:null": r"null|Null|NULL|~|",
+    "tag:yaml.org,2002:bool": r"true|True|TRUE|false|False|FALSE",
+    "tag:yaml.org,2002:int": r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+",
+    "tag:yaml.org,2002:float": r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+    "tag:yaml.org,2002:merge": r"<<",
+}
+"""The plain scalars each tag takes, by the YAML 1.2 core schema (checked in this order: ``5`` is an int, not a
+float), plus the merge key ``<<: *base``. PyYAML's own resolvers are YAML 1.1, where ``10:30`` is the number 630,
+``yes``/``on``/``off`` booleans, ``1_000`` a thousand and ``1e-6`` text: a typo became a value with no error. Here
+everything else is text, which a number or boolean field then refuses, naming it."""
+CORE_PATTERNS = {tag: re.compile(rf"(?:{pattern})\Z") for tag, pattern in CORE_SCHEMA.items()}
+CORE_FIRST_CHARACTERS = {"tag:yaml.org,2002:null": [*"nN~", ""], "tag:yaml.org,2002:bool": [*"tTfF"],
+                         "tag:yaml.org,2002:int": [*"-+0123456789"], "tag:yaml.org,2002:float": [*"-+.0123456789"],
+                         "tag:yaml.org,2002:merge": ["<"]}
+"""The characters a scalar of each tag can begin with: PyYAML tries only the resolvers listed for a scalar's first
+character (an empty scalar's key is ``""``)."""
+
+
+def _core_resolvers() -> dict[str, list[tuple[str, re.Pattern]]]:
+    """PyYAML's table of implicit resolvers (first character: [(tag, pattern), ...]) for CORE_SCHEMA."""
+    table: dict[str, list[tuple[str, re.Pattern]]] = {}
+    for tag, first in CORE_FIRST_CHARACTERS.items():
+        for character in first:
+            table.setdefault(character, []).append((tag, CORE_PATTERNS[tag]))
+    return table
+
+
+def _core_scalar(loader, node, tag: str, what: str) -> str:
+    """A scalar's text if the core schema reads it as ``tag``; else (an explicit ``!!int yes``) a YAML error."""
+    text = loader.construct_scalar(node)
+    if not CORE_PATTERNS[tag].match(text):
+        raise yaml.constructor.ConstructorError(None, None, f"{cut(text)!r} is not {what}", node.start_mark)
+    return text
+
+
+def _construct_int(loader, node) -> int:
+    """A YAML 1.2 integer: decimal (``010`` is ten), ``0o`` octal or ``0x`` hexadecimal."""
+    text = _core_scalar(loader, node, "tag:yaml.org,2002:int", "a whole number")
+    base = {"0o": 8, "0x": 16}.get(text[:2], 10)
+    try:
+        return int(text[2:] if base != 10 else text, base)
+    except ValueError:  # over Python's 4,300 digits
+        raise yaml.constructor.ConstructorError(None, None, f"a whole number of {len(text):,} digits is too long",
+                                                node.start_mark) from None
+
+
+def _construct_float(loader, node) -> float:
+    """A YAML 1.2 float: ``1.5``, ``1e-6``, ``.inf``, ``-.inf`` or ``.nan`` (range checks come later)."""
+    text = _core_scalar(loader, node, "tag:yaml.org,2002:float", "a number").lower()
+    special = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
+    return float(special.get(text, text))
+
+
+def _construct_bool(loader, node) -> bool:
+    """A YAML 1.2 boolean: true or false (any of the three spellings of each)."""
+    return _core_scalar(loader, node, "tag:yaml.org,2002:bool", "true or false").lower() == "true"
+
+
+class _CoreSchema:
+    """A mixin for PyYAML's safe loaders: plain scalars resolved and numbers built by the YAML 1.2 core schema
+    (CORE_SCHEMA), replacing PyYAML's YAML 1.1 resolvers (none of them kept)."""
+
+    yaml_implicit_resolvers = _core_resolvers()
+
+
+class _UniqueKeyLoader(_UniqueKeys, _CoreSchema, yaml.SafeLoader):
     """PyYAML's own (Python) safe loader: nesting too deep for it ends in a RecursionError."""
 
 
-class _FastUniqueKeyLoader(_UniqueKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _FastUniqueKeyLoader(_UniqueKeys, _CoreSchema, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """The safe loader on libyaml where PyYAML was built with it: ~8x faster (a few ms of every run), but its
     composer recurses in C, so nesting in the tens of thousands overflows the stack instead of raising."""
 
 
-EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
-"""A float in exponent notation without a dot (``1e-6``, ``2E3``): YAML 1.2 and JSON read it as a number, PyYAML
-(YAML 1.1) as the string "1e-6", which a number field then refused with no hint why."""
 for _loader in (_UniqueKeyLoader, _FastUniqueKeyLoader):
-    _loader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_FLOAT, list("-+0123456789"))
+    _loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+    _loader.add_constructor("tag:yaml.org,2002:float", _construct_float)
+    _loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
 
 LIBYAML_MAX_MARKS = 2_000
 """Texts with at most this many of the characters that can open a nesting level (``[{-:?``) go to libyaml: they
@@ -261,6 +326,7 @@ def _check_output_dir(path: Path) -> Path:
     _check_link(path)
     if path.exists() and not path.is_dir():
         raise MmsimError("exists and is not a folder; give a folder for the results", source=str(path))
+    _check_new_names(path)
     existing = _nearest_existing(path)
     if not existing.is_dir():
         raise MmsimError(f"cannot create a folder under {existing}: it is not a folder", source=str(path))
@@ -286,8 +352,37 @@ def _check_output_file(path: Path) -> Path:
     parent = path.parent if str(path.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
         raise MmsimError(f"the output folder {parent} is not a folder", source=str(path))
+    _check_new_names(path)
     check_output_dir(parent)
     return path
+
+
+NAME_MAX = 255
+"""Longest name (path component) in bytes where the file system does not say: Linux's and most others' limit."""
+
+
+def _check_new_names(path: Path) -> None:
+    """Refuse a name that writing ``path`` would create (the folders and file below the nearest one that exists)
+    longer than the file system takes. The system reports a long name only once the folder above it exists, so
+    under a new folder it passed every check and failed after the run, leaving the new folder behind."""
+    parts = Path(os.path.abspath(path)).parts
+    existing = len(parts)
+    while existing > 1 and not os.path.lexists(Path(*parts[:existing])):
+        existing -= 1
+    longest = _name_max(Path(*parts[:existing]))
+    for name in parts[existing:]:
+        size = len(os.fsencode(name))
+        if size > longest:
+            raise MmsimError(f"cannot write there (File name too long: the name {name[:24]!r}... is {size:,} "
+                             f"bytes, the file system takes at most {longest:,})", source=str(path))
+
+
+def _name_max(folder: Path) -> int:
+    """The longest name in bytes the file system of ``folder`` takes (NAME_MAX where it cannot be asked)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
 
 
 PAGE_START = b"<!DOCTYPE html"

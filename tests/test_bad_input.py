@@ -314,9 +314,9 @@ def test_yaml_aliases_that_explode_are_refused(tmp_path):
     ({"name": "paper-preemption", "params": {"model_a": "qwen2.5-3b", "model_b": "qwen2.5-3b", "gpu": 3}},
      ["policy.params.gpu", "is 3; the cluster has GPUs 0 to 0"]),
     ({"name": "paper-offload", "params": {"gpu": 2}}, ["policy.params.gpu", "is 2"]),
-    ({"name": "paper-offload", "params": {"gpu": 0.5}}, ["policy.params.gpu", "is 0.5"]),
+    ({"name": "paper-offload", "params": {"gpu": 0.5}}, ["policy.params.gpu", "expected a whole number, not 0.5"]),
     ({"name": "paper-preemption", "params": {"model_a": "qwen2.5-3b", "model_b": "qwen2.5-3b", "preempt_after": 10.5}},
-     ["policy.params.preempt_after", "is 10.5; expected a whole number"]),
+     ["policy.params.preempt_after", "expected a whole number, not 10.5"]),
 ])
 def test_paper_policies_name_a_model_or_gpu_the_scenario_lacks(tmp_path, policy, expected):
     """`mmsim run scenarios/offload.yaml --policy paper-preemption` was a KeyError traceback (exit 1): the paper's

@@ -6,6 +6,7 @@ that ``mmsim --help`` (and every other command) never imports torch.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -16,6 +17,23 @@ from sim.errors import MmsimError
 calibrate_app = typer.Typer(help="Measure this machine (torch microbenchmarks) into a hardware profile.",
                             invoke_without_command=True)
 app.add_typer(calibrate_app, name="calibrate")
+
+THREADS_PER_CORE = 4
+"""Most torch threads per core --threads may ask for: beyond a few per core they only contend, and a huge count
+(100,000) crashed torch's thread pool (a segmentation fault, no message)."""
+
+
+def max_threads() -> int:
+    """The largest --threads this machine takes: THREADS_PER_CORE per core, or 1024 where the cores are unknown."""
+    cores = os.cpu_count()
+    return THREADS_PER_CORE * cores if cores else 1024
+
+
+def check_threads(threads: int | None) -> None:
+    """Refuse a --threads above max_threads() before torch is loaded (the minimum, 1, is typer's)."""
+    if threads is not None and threads > max_threads():
+        raise MmsimError(f"--threads {threads:,} is more than this machine can use: give 1 to {max_threads():,} "
+                         f"(at most {THREADS_PER_CORE} per core)")
 
 
 @calibrate_app.callback(invoke_without_command=True)
@@ -51,6 +69,7 @@ def calibrate(
         return
     if engine not in ("torch", "vllm"):
         raise MmsimError(f"unknown --engine {engine!r}; expected torch or vllm")
+    check_threads(threads)
     engine_only = {"--config": config, "--base": base, "--max-num-seqs": max_num_seqs,
                    "--max-num-batched-tokens": max_num_batched_tokens, "--block-size": block_size,
                    "--kv-cache-gib": kv_cache_gib}
@@ -95,6 +114,7 @@ def validate(
     threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: as many as the profile was measured with)"),
 ) -> None:
     """Run a real torch decode loop and compare its tokens/s with the profile's prediction."""
+    check_threads(threads)
     _require_calibrate()
     from calibrate.commands import validate_command
     from calibrate.validate import LoopShape

@@ -158,7 +158,7 @@ def prefix_table(summary: dict) -> Table | None:
 
 def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
     """Plain sentences for what makes the scenario unservable on this profile and load, worst first."""
-    found = []
+    found = [] if summary.get("requests_total") else [no_requests(summary.get("trace_rows"))]
     per_model = summary.get("per_model") or {}
     for model, reasons in by_model.items():
         total = (per_model.get(model) or {}).get("requests") or 0
@@ -208,6 +208,22 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
         found.append(f"SLO attainment is {attainment:.1%}: profile {summary.get('profile', '?')} cannot meet the "
                      "scenario's SLOs at this load (lower the arrival rate, add GPUs or relax the SLOs)")
     return found
+
+
+def no_requests(trace_rows: dict | None) -> str:
+    """Why a run may have had no request at all, from its trace's row counts (None: a generator made the requests):
+    a run of nothing succeeds with every figure 0, which reads as a result unless it is said."""
+    if trace_rows is None:
+        why = ("its arrivals start none within duration_s (rate-series windows that all start after duration_s or "
+               "all have rate 0, or a servegen file whose windows are all idle)")
+    elif not trace_rows.get("rows_read"):
+        why = "the trace file holds no rows (a header only, or an empty file)"
+    elif trace_rows.get("skipped_malformed") == trace_rows.get("rows_read"):
+        why = f"every one of the trace's {counted(trace_rows['rows_read'], 'row')} was malformed (skipped by skip_bad)"
+    else:
+        why = (f"none of the trace's {counted(trace_rows['rows_read'], 'row')} falls in the window: start_s past the "
+               "trace's end, or end_s before its first request (both in seconds from the trace's start)")
+    return f"the workload gave no requests, so every figure is 0: {why}"
 
 
 def next_command(summary: dict, scenario_path: Path, profile: str | None = None, autoscaler: str | None = None,

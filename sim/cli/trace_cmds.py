@@ -67,23 +67,48 @@ GENERATOR_FLAGS = {"rate_per_s": "--rate", "cv": "--cv", "windows": "--windows",
                    "duration_s": "--duration", "max_requests": "--max-requests", "mix": "--mix",
                    "prompt_tokens": "--prompt", "output_tokens": "--output", "process": "--process"}
 """The ``trace generate`` flag that sets each generator field, for messages about values given as flags."""
+LENGTH_FLAGS = ("--prompt", "--output")
+"""The flags of a length spec (``DIST,KEY=VALUE,...``), whose problems are named by their key."""
 
 
 def _validate_flags(data: dict):
     """The generator the flags describe; a problem is named by its flag (``--cv``), not the field it sets."""
     try:
-        return _validate(GeneratorConfig, data, "trace generate options")
-    except MmsimError as error:
-        field = (error.field or "").split(".")
-        flag = next((GENERATOR_FLAGS[part] for part in reversed(field) if part in GENERATOR_FLAGS), None)
-        if flag is None:
-            raise
-        message = error.args[0]
+        return TypeAdapter(GeneratorConfig).validate_python(data, strict=True)
+    except ValidationError as error:
+        raise _flag_error(error, data) from None
+
+
+def _flag_error(error: ValidationError, data: dict) -> MmsimError:
+    """One line for the first problem of the flags, naming the flag and, in a length spec, the key. An unknown
+    key is told before a missing one: it is usually the missing one misspelt (``constant,valu=5``)."""
+    problems = sorted(error.errors(), key=lambda problem: problem["type"] != "extra_forbidden")
+    loc = [str(part) for part in problems[0]["loc"]]
+    at = next((index for index, part in enumerate(loc) if part in GENERATOR_FLAGS), None)
+    if at is None:
+        return pydantic_error_message(error, "trace generate options")
+    flag, kind, message = GENERATOR_FLAGS[loc[at]], problems[0]["type"], problems[0]["msg"].removeprefix("Value error, ")
+    if flag in LENGTH_FLAGS and len(loc) > at + 2:  # [field, dist, key]: the key of that distribution
+        dist, key = loc[at + 1], ".".join(loc[at + 2:])
+        if kind == "missing":
+            return MmsimError(f"{flag} {dist} needs {key}=... (e.g. {_length_example(dist)})")
+        if kind == "extra_forbidden":
+            return MmsimError(f"{flag}: {dist} has no key {cut(key)!r} (e.g. {_length_example(dist)})")
+        return MmsimError(f"{flag}: {key}: {message}")
+    if kind == "missing":
         process = data.get("arrivals", {}).get("process")
-        if message.startswith("Field required"):
-            raise MmsimError(f"{flag} is needed" + (f" with --process {process}" if flag in ("--rate", "--cv", "--windows",
-                             "--servegen-file") and process else "")) from None
-        raise MmsimError(f"{flag}: {message}") from None
+        with_process = flag in ("--rate", "--cv", "--windows", "--servegen-file") and process
+        return MmsimError(f"{flag} is needed" + (f" with --process {process}" if with_process else ""))
+    return MmsimError(f"{flag}: {message}")
+
+
+LENGTH_EXAMPLES = {"constant": "constant,value=512", "uniform": "uniform,low=100,high=2000",
+                   "lognormal": "lognormal,mean=1000,cv=1", "empirical": "empirical,path=lengths.csv"}
+"""A length flag written out for each distribution, for messages about a missing or unknown key."""
+
+
+def _length_example(dist: str) -> str:
+    return LENGTH_EXAMPLES.get(dist, ", ".join(LENGTH_EXAMPLES.values()))
 
 
 @trace_app.command("formats")
@@ -99,7 +124,8 @@ def trace_import(
     fmt: str = typer.Argument(..., metavar="FORMAT", help=f"one of: {', '.join(TRACE_FORMATS)}"),
     source: Path = typer.Argument(..., metavar="IN", help="the trace file to import"),
     target: Path = typer.Argument(..., metavar="OUT", help="native trace to write (.csv, .jsonl or .parquet)"),
-    model: str | None = typer.Option(None, help="model (deployment name) of every request (single-model traces)"),
+    model: str | None = typer.Option(None, help="model (deployment name) of every request of a single-model trace "
+                                     "(one whose model column holds more than one model is refused: use --model-map)"),
     model_map: str | None = typer.Option(None, "--model-map", help="trace label to model (deployment name): SRC=DST,..."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="multiply inter-arrival times (0.5 = twice the rate)"),
     start_s: float | None = typer.Option(None, "--start", help="keep requests from this many seconds after the trace start"),
@@ -119,6 +145,7 @@ def trace_import(
 
     get_format(fmt)  # an unknown name is reported before the files are looked at
     check_regular_file(source, "trace file")
+    check_not_an_input(target, [source], "OUT is the trace IN; give a new file for the native trace")
     check_output_target(target)
     arrivals = None
     if fmt == "length-pairs":
@@ -171,14 +198,21 @@ def trace_merge(
 
     for path in sources:
         check_regular_file(path, "trace file")
-        if target.exists() and target.samefile(path):  # the merge would replace one of its inputs
-            raise MmsimError("OUT is also an input; the last argument is the merged trace to write, so give a new "
-                             "file after the inputs", source=str(target))
+    check_not_an_input(target, sources, "OUT is also an input; the last argument is the merged trace to write, so "
+                       "give a new file after the inputs")
     check_output_target(target)
     options = ImportOptions()
     streams = [read_trace(path, "mmsim", options, rows=chunk_rows) for path in sources]
     rows = write_trace(merge_streams(streams, chunk_rows), target)
     console.print(f"wrote {target}: {counted(rows, 'request')} from {counted(len(sources), 'trace')}", highlight=False, soft_wrap=True)
+
+
+def check_not_an_input(target: Path, sources: list[Path], message: str) -> None:
+    """Refuse a trace to write that is one of the command's inputs (also through a link, a hard link or another
+    spelling of its path): the output is opened for writing while the input is still being read."""
+    for path in sources:
+        if target.exists() and target.samefile(path):
+            raise MmsimError(message, source=str(target))
 
 
 def check_output_target(target: Path) -> None:
@@ -233,9 +267,32 @@ def load_generator_file(path: Path) -> tuple[dict, int | None, set[str] | None, 
             not 1 <= block_tokens <= MAX_PREFIX_BLOCK_TOKENS:
         raise MmsimError(f"expected whole tokens from 1 to {MAX_PREFIX_BLOCK_TOKENS:,}, "
                          f"got {cut(repr(block_tokens))}", source=str(path), field=field)
-    if isinstance(data.get("generator"), dict):
-        data = data["generator"]
+    where = field.removesuffix("prefix_block_tokens")  # "" or "workload."
+    if "generator" in data:
+        if not isinstance(data["generator"], dict):
+            raise MmsimError("expected a generator mapping (arrivals, mix, prompt_tokens, ...)", source=str(path),
+                             field=f"{where}generator")
+        data, where = data["generator"], f"{where}generator."
+    _check_generator_keys(data, str(path), where.rstrip(".") or None)
     return data, seed, served, block_tokens
+
+
+def _check_generator_keys(data: dict, source: str, where: str | None) -> None:
+    """Refuse a key that is no generator field: a file holding none of them (``foo: 1``) was told to give the
+    model mix, naming neither the file nor the key."""
+    unknown = [key for key in data if key not in GeneratorConfig.model_fields]
+    if unknown:
+        raise MmsimError(f"{cut(unknown[0])!r} is not a generator field (expected a scenario, its workload or a "
+                         f"generator mapping: {', '.join(GeneratorConfig.model_fields)})", source=source, field=where)
+
+
+def plain_model_name(name: str, flag: str) -> str:
+    """A model name from a flag, refused when it holds a control character (a newline, a tab): the trace written
+    would hold a label its own reader refuses. (A comma cannot be given: it separates the flag's entries.)"""
+    if not name.isprintable():
+        raise MmsimError(f"model name {cut(name)!r} holds a control character; model names are printable text "
+                         "without commas", field=flag)
+    return name
 
 
 def _deployment_names(models: list) -> set[str]:
@@ -288,18 +345,24 @@ def trace_generate(
     data.update({key: value for key, value in {"duration_s": duration_s, "max_requests": max_requests}.items()
                  if value is not None})
     if mix is not None:
-        data["mix"] = {name: _scalar(weight, "--mix") for name, weight in parse_pairs(mix, "--mix").items()}
+        data["mix"] = {plain_model_name(name, "--mix"): _scalar(weight, "--mix")
+                       for name, weight in parse_pairs(mix, "--mix").items()}
     if mix is not None and (zipf is not None or models is not None):
         raise MmsimError("give the model mix as --mix NAME=WEIGHT,... or as --zipf S --models a,b,c, not both")
-    if zipf is not None or models is not None:
-        data["mix"] = {"zipf": zipf, "models": comma_list(models or "", "--models", str, "model",
-                                                          "comma-separated model names", unique=False)}
+    if (zipf is None) != (models is None):
+        raise MmsimError("--zipf S and --models a,b,c go together: give both (the exponent and the models in "
+                         "popularity order)")
+    if models is not None:
+        data["mix"] = {"zipf": zipf, "models": comma_list(models, "--models", lambda name: plain_model_name(name, "--models"),
+                                                          "model", "comma-separated model names", unique=False)}
     if prompt is not None:
         data["prompt_tokens"] = parse_length(prompt, "--prompt")
     if output is not None:
         data["output_tokens"] = parse_length(output, "--output")
     if "mix" not in data:
-        raise MmsimError("give the model mix: --mix NAME=WEIGHT,... or --zipf S --models a,b,c")
+        raise MmsimError("give the model mix: --mix NAME=WEIGHT,... or --zipf S --models a,b,c"
+                         + (" (or mix: in the generator file)" if config is not None else ""),
+                         source=str(config) if config is not None else None)
     generator = _validate(GeneratorConfig, data, source) if config is not None else _validate_flags(data)
     unserved = [name for name in generator.model_names() if name not in served] if served is not None else []
     if served is not None and unserved:
@@ -321,7 +384,8 @@ def trace_stats_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON"),
     plot: Path | None = typer.Option(None, help="also draw the statistics into a .png or .svg file"),
     fmt: str = typer.Option("mmsim", "--format", help=f"one of: {', '.join(TRACE_FORMATS)}"),
-    model: str | None = typer.Option(None, help="model label for single-model formats (default: the file name)"),
+    model: str | None = typer.Option(None, help="model label for single-model formats (default: the file name), or "
+                                     "of every request of a single-model trace (several models: use --model-map)"),
     model_map: str | None = typer.Option(None, "--model-map", help="trace label to model: SRC=DST,..."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="drop malformed rows instead of stopping"),
     prefix_block_tokens: int = typer.Option(PREFIX_BLOCK_TOKENS, "--prefix-block-tokens", min=1,
@@ -345,10 +409,14 @@ def trace_stats_cmd(
     report = RowReport(str(path))
     stats = trace_stats(read_trace(path, fmt, options, report=report), prefix_block_tokens)
     summary = {**stats.summary(), "trace_rows": report.counts()}
-    if plot is not None:
+    if plot is not None and summary["requests"]:
         plot_stats(stats, plot, title=path.name)
     if as_json:
         print_json(summary)
+        return
+    if not summary["requests"]:  # every statistic but the count is undefined: a table of "None" says nothing
+        console.print(f"{path}: no requests ({report.summary()})" + ("; no plot drawn" if plot is not None else ""),
+                      highlight=False, soft_wrap=True)
         return
     rows = [[key, _show(value)] for key, value in summary.items() if not isinstance(value, dict)]
     rows += [[f"share {name}", f"{share:.3f}"] for name, share in summary["models"].items()]

@@ -124,7 +124,9 @@ def read_lengths(path: Path, columns: dict[str, str]) -> dict[str, np.ndarray]:
         if len(wrong) or len(text):
             row = int(min([*wrong[:1], *text[:1]]))
             line = f"line {row + 2}" if kind == "csv" else f"row {row + 1}"
-            raise MmsimError(f"{name} {frame[name].iloc[row]!r} is not a whole number >= 0", source=str(path), field=line)
+            cell = frame[name].iloc[row]  # a NumPy scalar, shown as the number it is, not as np.int64(-5)
+            shown = cell.item() if isinstance(cell, np.generic) else cell
+            raise MmsimError(f"{name} {shown!r} is not a whole number >= 0", source=str(path), field=line)
         picked[role] = values
     return _positive_rows(picked, path)
 

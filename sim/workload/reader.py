@@ -67,6 +67,7 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
     start_s = options.start_s or 0.0
     end_s = np.inf if options.end_s is None else options.end_s
     emitted = 0
+    only_label = None  # with ``model`` on a trace that names models: the one label its rows give
     for raw in spec.read(path, options, report, rows):
         lines = raw.extra["line"]
         earlier = raw.arrival_s < np.maximum.accumulate(np.concatenate([[latest_s], raw.arrival_s]))[:-1]
@@ -84,6 +85,8 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
             late = chunk.arrival_s > MAX_TIME_S
             chunk = take(chunk, report.check(chunk.extra["line"], [(late, lambda i: f"arrival {chunk.arrival_s[i]:.4g} "
                                                                             f"s (after the time scale) is past {MAX_TIME_S:g} s")]))
+            if options.model is not None and spec.model_column and len(chunk):
+                only_label = _one_label(chunk, only_label, report.unit, path)
             chunk = _map_models(chunk, spec.model_column, options, report)
         if not options.skip_bad:
             # Strict, the chunk's earliest bad row is the error, whichever stage noted it: a value check in the
@@ -99,6 +102,22 @@ def read_trace(path: Path, fmt: str = "mmsim", options: ImportOptions | None = N
             return
     if not options.skip_bad:
         report.raise_first_bad()
+
+
+def _one_label(chunk: RequestChunk, label: str | None, unit: str, path: Path) -> str:
+    """The one model label of a trace that ``model`` relabels (``label``: the one seen so far). A second one is an
+    error, not a request sent to the wrong model: ``model`` names the model of a single-model trace, and every
+    row of several models' relabelled to one was silently a different workload."""
+    labels = chunk.model
+    label = labels[0] if label is None else label
+    other = labels != label
+    if other.any():
+        row = int(np.argmax(other))
+        raise MmsimError(f"model {cut(labels[row])!r} is a second model in the trace's model column (the first is "
+                         f"{cut(label)!r}); --model (model: in a scenario) names the model of a single-model trace: "
+                         "to send several models' requests to deployments, give a model map (--model-map LABEL=NAME,"
+                         "... or model_map: {LABEL: NAME})", source=str(path), field=f"{unit} {chunk.extra['line'][row]}")
+    return label
 
 
 def _map_models(chunk: RequestChunk, model_column: bool, options: ImportOptions, report: RowReport) -> RequestChunk:

@@ -219,7 +219,8 @@ def _csv_problem(raw: bytes, names: list[str], path: Path, line: int) -> str | N
     if not text.strip():
         return ""
     if text.count(b'"') % 2:  # quotes inside a quoted field are doubled: a whole line holds an even number
-        return 'a quote (") is opened and never closed'
+        return ('a quote (") is opened and never closed on its line (a quoted field spanning lines, with a newline '
+                'inside the quotes, is not supported: each row must be one line)')
     fields = text.count(b",") + 1
     if fields != len(names) and b'"' in text:
         fields = len(next(csv.reader([_decode(text, path, line)])))
