@@ -135,3 +135,11 @@ def test_mmsim_run_prints_the_summary_and_ends_with_the_next_command(tmp_path):
     lines = result.stdout.rstrip().splitlines()
     assert "seconds paused" in result.stdout and lines[-2] == f"results: {tmp_path / 'run'}"
     assert lines[-1] == f"next: mmsim compare {scenario} --policies static,swap-aware,slo-aware --seeds 3"
+
+
+def test_an_autoscaler_under_a_swapping_policy_is_warned_of():
+    # Both place models: with --autoscaler on swap-aware the run made no decision of either's kind and said nothing.
+    fleet = {"autoscaler": "queue-depth", "gpu_hours": 1.0, "cost_usd": 3.0, "scale_up": 0, "scale_down": 0}
+    found = warnings(summary(policy="swap-aware", fleet=fleet), {})
+    assert any("policy swap-aware loads and unloads models on its own: they fight over the GPUs" in w for w in found)
+    assert not any("fight" in w for w in warnings(summary(policy="static", fleet=fleet), {}))

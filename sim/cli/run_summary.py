@@ -156,6 +156,10 @@ def prefix_table(summary: dict) -> Table | None:
     return table
 
 
+SWAPPING_POLICIES = frozenset({"fcfs-swap", "time-slice", "swap-aware", "offload-aware", "prefix-swap-aware"})
+"""The built-in policies that load and unload models themselves (placement an autoscaler would also set)."""
+
+
 def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
     """Plain sentences for what makes the scenario unservable on this profile and load, worst first."""
     found = [] if summary.get("requests_total") else [no_requests(summary.get("trace_rows"))]
@@ -202,6 +206,11 @@ def warnings(summary: dict, by_model: dict[str, dict[str, int]]) -> list[str]:
     if total and waiting / total > BACKLOG_SHARE:
         found.append(f"{waiting:,} requests ({waiting / total:.0%}) were still waiting when the run ended: more load "
                      "than this cluster serves under this policy, or requests it left where they cannot start")
+    scaler = (summary.get("fleet") or {}).get("autoscaler", "none")
+    if scaler != "none" and summary.get("policy") in SWAPPING_POLICIES:
+        found.append(f"the autoscaler {scaler} sets each model's replicas, and policy {summary.get('policy')} loads and "
+                     "unloads models on its own: they fight over the GPUs; combine autoscalers with static or "
+                     "slo-aware (docs/fleet.md)")
     attainment = summary.get("slo_attainment")
     unfit = sum(reasons.get("model_exceeds_gpu", 0) for reasons in by_model.values())
     if attainment is not None and attainment < LOW_ATTAINMENT and unfit < total:  # else the cause is named above
