@@ -25,12 +25,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
-REQUEST_COLUMNS = ("id", "model", "status", "drop_reason", "arrival_s", "queue_s", "first_scheduled_s", "first_token_s",
-                   "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "cached_prompt_tokens", "output_tokens",
-                   "generated_tokens", "preemptions", *LOST_COLUMNS, "gpu")
+REQUEST_COLUMNS = ("id", "model", "slo_class", "status", "drop_reason", "arrival_s", "queue_s", "first_scheduled_s",
+                   "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "cached_prompt_tokens",
+                   "output_tokens", "generated_tokens", "preemptions", *LOST_COLUMNS, "gpu")
 """requests.parquet's columns, in order."""
-CODED_COLUMNS = ("model", "drop_reason")
-"""Columns kept as codes into a list of names (categoricals in pandas, dictionaries in Parquet)."""
+CODED_COLUMNS = ("model", "slo_class", "drop_reason")
+"""Columns kept as codes into a list of names (categoricals in pandas, dictionaries in Parquet); a negative code
+(a request without an SLO class) is a missing value."""
 DERIVED_FROM = {"queue_s": "first_scheduled_s", "ttft_s": "first_token_s", "e2e_s": "finish_s"}
 """Latencies measured from arrival: each is this column minus ``arrival_s``."""
 ARROW_TYPES = {"i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "f8": "float64"}
@@ -45,6 +46,7 @@ class RequestTable:
 
     def __init__(self, recorder: Recorder):
         self.model_names = list(recorder.model_names)
+        self.slo_class_names = list(recorder.slo_class_names)
         self._raw = recorder.request_columns()
         self._lost_rows, self._lost_values = recorder.lost_seconds()
         self._order = _id_order(self._raw["id"])
@@ -55,7 +57,9 @@ class RequestTable:
 
     def names(self, column: str) -> list[str]:
         """The names a coded column's codes index."""
-        return self.model_names if column == "model" else list(DROP_REASONS)
+        if column == "model":
+            return self.model_names
+        return self.slo_class_names if column == "slo_class" else list(DROP_REASONS)
 
     def column(self, name: str, rows: slice = slice(None)) -> np.ndarray:
         """Column ``name`` for the requests at positions ``rows`` of the id order (codes for CODED_COLUMNS)."""
@@ -107,7 +111,8 @@ class RequestTable:
             if name in CODED_COLUMNS:
                 names = self.names(name)
                 codes: np.ndarray = self.column(name, rows).astype(_code_type(len(names)), copy=False)
-                arrays.append(pa.DictionaryArray.from_arrays(arrow_numbers(codes), arrow_strings(names, large=False)))
+                arrays.append(pa.DictionaryArray.from_arrays(arrow_numbers(codes, codes < 0),
+                                                             arrow_strings(names, large=False)))
             elif name == "status":
                 dropped = (self.column("drop_reason", rows) != 0).astype(np.int8)
                 arrays.append(arrow_labels(dropped, ("completed", "dropped")))
@@ -208,15 +213,17 @@ def sample_table(recorder: Recorder) -> ColumnTable:
 
 # -- Arrow arrays from numpy, built from their buffers: ``pa.array`` imports pandas to inspect its argument, which
 # would cost every run half a second of start-up.
-def arrow_numbers(values: np.ndarray) -> pa.Array:
-    """A numeric column as an Arrow array over the same memory; NaN becomes null, as pandas writes it."""
+def arrow_numbers(values: np.ndarray, absent: np.ndarray | None = None) -> pa.Array:
+    """A numeric column as an Arrow array over the same memory; NaN becomes null, as pandas writes it, and so do
+    the values where ``absent`` is True."""
     import pyarrow as pa
 
     values = np.ascontiguousarray(values)
     arrow_type = getattr(pa, ARROW_TYPES[values.dtype.str[1:]])()
     validity, missing = None, 0
-    if values.dtype.kind == "f":
+    if absent is None and values.dtype.kind == "f":
         absent = np.isnan(values)
+    if absent is not None:
         missing = int(absent.sum())
         if missing:
             validity = pa.py_buffer(np.packbits(~absent, bitorder="little"))

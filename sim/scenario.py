@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from sim.catalogue import BITS_PER_WEIGHT, catalogue
 from sim.errors import MmsimError, validate_mapping
@@ -138,9 +138,24 @@ class ModelEntry(Strict):
 
 
 class Slo(Strict):
+    """Latency limits in seconds (None: no limit) that a request is held to."""
+
     ttft_s: float | None = Field(default=None, gt=0, le=1e6)
     tpot_s: float | None = Field(default=None, gt=0, le=1e6)
     e2e_s: float | None = Field(default=None, gt=0, le=1e6)
+    # A model's SLO (``Scenario.slo_for``) carries what its requests of each of the scenario's classes are held to,
+    # so that the engine, handed the models' SLOs, has the classes' too. Private: no file can set it.
+    _by_class: dict[str, Slo] = PrivateAttr(default_factory=dict)
+
+    def for_class(self, label: str | None) -> Slo:
+        """The limits this SLO's requests of class ``label`` are held to: this SLO itself for no class or for one
+        the scenario does not name (see ``Scenario.slo_for``)."""
+        return self._by_class.get(label, self) if label else self
+
+    def over(self, base: Slo) -> Slo:
+        """These limits, each one left unset taken from ``base``."""
+        return Slo(**{field: getattr(base, field) if getattr(self, field) is None else getattr(self, field)
+                      for field in Slo.model_fields})
 
 
 class EngineSection(Strict):
@@ -189,12 +204,24 @@ class Scenario(Strict):
     models: list[ModelEntry] = Field(min_length=1)
     workload: WorkloadConfig
     slo: dict[str, Slo] = Field(default_factory=dict)
+    slo_classes: dict[str, Slo] = Field(default_factory=dict, description="limits per request class (a trace's "
+                                        "slo_class); a limit a class leaves unset is its request's model's")
     engine: EngineSection = Field(default_factory=EngineSection)
     policy: PolicySection = Field(default_factory=PolicySection)
     routing: RoutingSection = Field(default_factory=RoutingSection)
     cold_start: ColdStart = Field(default_factory=ColdStart)
     autoscaler: Autoscaler = Field(default_factory=Autoscaler)
     sample_interval_s: float | None = Field(default=None, ge=1e-3, le=MAX_TIME_S, description="time-series sampling period")
+
+    @field_validator("slo_classes", mode="before")
+    @classmethod
+    def _class_labels(cls, value: object) -> object:
+        """Labels are checked before the mapping is: a YAML key such as ``1`` is not a trace's text."""
+        bad = [label for label in value if not isinstance(label, str) or not label.strip()] \
+            if isinstance(value, dict) else []
+        if bad:
+            raise ValueError(f"a class label must be non-empty text, not {cut(repr(bad[0]))}")
+        return value
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "Scenario":
@@ -228,11 +255,17 @@ class Scenario(Strict):
                              source=source, field=f"workload.{where}")
 
     def slo_for(self, model: str) -> Slo:
+        """The limits ``model``'s requests are held to: its ``slo`` entry's, each one it leaves unset the default's.
+        Its ``for_class(label)`` gives those of its requests of class ``label``: the ``slo_classes`` entry's, with
+        these where the entry leaves one unset."""
         base = self.slo.get("default", Slo())
         own = self.slo.get(model)
-        if own is None:
-            return base
-        return Slo(**{k: getattr(own, k) if getattr(own, k) is not None else getattr(base, k) for k in Slo.model_fields})
+        slo = base if own is None else own.over(base)
+        if not self.slo_classes:
+            return slo
+        slo = slo.model_copy()  # not the scenario's own entry: the classes are this model's
+        slo._by_class = {label: limits.over(slo) for label, limits in self.slo_classes.items()}
+        return slo
 
 
 def with_autoscaler(scenario: Scenario, name: str) -> Scenario:

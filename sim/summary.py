@@ -1,5 +1,6 @@
 """A run's summary figures, computed from its typed tables with numpy: counts, drop reasons, rates, latency
-percentiles, SLO attainment, preemption and prefix-cache figures, per run and per model."""
+percentiles, SLO attainment, preemption and prefix-cache figures, per run and per model (and per SLO class, for a
+trace whose requests have classes)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ def percentiles(values: np.ndarray) -> dict:
 
 
 def slo_met(table: RequestTable, completed: np.ndarray, models: np.ndarray, scenario) -> np.ndarray:
-    """True for completed requests within every SLO that applies to their model."""
+    """True for completed requests within every limit of their own SLO: their class's where they have one (its
+    unset limits their model's), else their model's."""
     met = completed.copy()
-    slos = [scenario.slo_for(model) for model in table.model_names]
+    slos, groups = _slo_groups(table, models, scenario)
     for field in ("ttft_s", "tpot_s", "e2e_s"):
         limits = np.array([np.inf if getattr(slo, field) is None else getattr(slo, field) for slo in slos])
         if np.isinf(limits).all():
@@ -36,8 +38,22 @@ def slo_met(table: RequestTable, completed: np.ndarray, models: np.ndarray, scen
         values = table.column(field)
         # A completed one-token output has no TPOT (NaN): nothing of it can miss a TPOT limit.
         values[np.isnan(values)] = 0.0 if field == "tpot_s" else np.inf
-        met &= values <= limits[models]  # no limit is an infinite one: even an infinite value is within it
+        met &= values <= limits[groups]  # no limit is an infinite one: even an infinite value is within it
     return met
+
+
+def _slo_groups(table: RequestTable, models: np.ndarray, scenario) -> tuple[list, np.ndarray]:
+    """The SLOs requests are held to, and each request's index into them. Without classes, one per model (the
+    model codes index them); else one per (model, class or none): model × (classes + 1) + class code + 1."""
+    model_slos = [scenario.slo_for(model) for model in table.model_names]
+    labels = table.slo_class_names
+    if not labels:
+        return model_slos, models
+    slos = [slo.for_class(label) for slo in model_slos for label in (None, *labels)]
+    groups = models.astype(np.int64) * (len(labels) + 1)
+    groups += table.column("slo_class")
+    groups += 1
+    return slos, groups
 
 
 def _total(values: np.ndarray) -> int:
@@ -120,6 +136,7 @@ def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, sc
             "preemptions": preemptions[name],
             **_prefix_cache(engine, name),
         }
+    per_class = _per_slo_class(table, completed, met)
     kinds = events.text("kind")
     return {
         "scenario": scenario.name, "policy": policy, "seed": seed, "mode": mode, "profile": profile.name,
@@ -143,9 +160,32 @@ def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, sc
         "prefix_cache": _prefix_cache(engine, None),
         "per_instance": _per_instance_prefix(engine),
         "per_model": per_model,
+        **({"per_slo_class": per_class} if per_class else {}),
         "fleet": _fleet(engine, events, completed, table),
         "provenance": profile.provenance(),
     }
+
+
+def _per_slo_class(table: RequestTable, completed: np.ndarray, met: np.ndarray) -> dict:
+    """Each SLO class's requests (by label, in label order): counts, SLO attainment and latency percentiles of its
+    completed ones; empty when no request has a class."""
+    if not table.slo_class_names:
+        return {}
+    codes = table.column("slo_class")
+    ordered = sorted(enumerate(table.slo_class_names), key=lambda code_label: code_label[1])
+    # Each label is some recorded request's, so no class is empty.
+    classes = {label: np.flatnonzero(codes == code) for code, label in ordered}
+    del codes
+    figures: dict[str, dict[str, Any]] = {}
+    for label, rows in classes.items():
+        done = completed[rows]
+        figures[label] = {"requests": len(rows), "completed": int(done.sum()), "dropped": int((~done).sum()),
+                          "slo_attainment": float(met[rows].mean())}
+    for name in ("ttft_s", "tpot_s", "e2e_s"):  # one latency column at a time: 10M requests' are 80 MB each
+        values = table.column(name)
+        for label, rows in classes.items():
+            figures[label][name] = percentiles(values[rows[completed[rows]]])
+    return figures
 
 
 def _fleet(engine, events: ColumnTable, completed: np.ndarray, table: RequestTable) -> dict | None:

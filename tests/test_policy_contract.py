@@ -172,6 +172,25 @@ POLICIES = textwrap.dedent('''
             view.load(-1, view.gpus[0])
 
 
+    class LoadsModelTrue(Policy):
+        name = "loads-true"
+
+        def setup(self, view):
+            view.load(True, view.gpus[0])
+
+
+    class TimerOfANumber(LoadsBoth):
+        def setup(self, view):
+            super().setup(view)
+            view.call_at(1.0, 42)
+
+
+    class TimerWithoutTheView(LoadsBoth):
+        def setup(self, view):
+            super().setup(view)
+            view.call_at(1.0, lambda: None)
+
+
     class LoadsTwiceTheWeights(Policy):
         name = "loads-share-two"
 
@@ -373,6 +392,10 @@ def test_requests_go_only_to_instances_of_their_own_model(policies, name, expect
     ("LoadsTwiceTheWeights", "raised ValueError: gpu_share must be from 0 to 1, not 2.0 (in setup"),
     ("UnloadsOddly", "raised ValueError: mode must be 'swap' or 'recompute', not 'banana' (in on_arrival"),
     ("TimerAtNaN", "raised ValueError: call_at needs a finite time, not nan (in setup"),
+    # True loaded model 1; a callback that cannot take the view failed in mmsim's code when it fired, a traceback.
+    ("LoadsModelTrue", "raised ValueError: model index True is not one of this scenario's 0..1 (in setup"),
+    ("TimerOfANumber", "raised ValueError: call_at needs a callback taking the view, callback(view); 42 cannot"),
+    ("TimerWithoutTheView", "raised ValueError: call_at needs a callback taking the view, callback(view); <function"),
 ])
 def test_the_views_actions_refuse_arguments_out_of_range(policies, name, expected):
     """Each was taken: -1 loaded the last model, a share of 2 loaded twice the weights, an unknown unload mode

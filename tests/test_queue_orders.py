@@ -12,16 +12,18 @@ import pytest
 from sim.engine import build
 from sim.engine.request import Request
 from sim.policies.base import Policy, sort_queue
-from sim.policies.slo_aware import EarliestSavableDeadlineFirst, SloAwarePolicy, deadline_s
+from sim.policies.slo_aware import EarliestSavableDeadlineFirst, SloAwarePolicy, bounds_of, due_in
 from sim.policies.swap_aware import AgedShortestFirst
 from sim.scenario import Slo
 
 
 def random_queue(rng: random.Random, size: int) -> deque[Request]:
-    """Requests with many ties (few distinct arrivals, predictions and first tokens), some already started."""
+    """Requests with many ties (few distinct arrivals, predictions and first tokens), some already started, of
+    SLO classes 0 and 1 or none."""
     queue: deque[Request] = deque()
     for rid in rng.sample(range(10 * size + 1), size):
-        request = Request(rid, 0, float(rng.randint(0, 5)), 100, 50, rng.choice([1, 2, 8, 64]))
+        request = Request(rid, 0, float(rng.randint(0, 5)), 100, 50, rng.choice([1, 2, 8, 64]),
+                          slo_class=rng.choice([-1, 0, 1]))
         if rng.random() < 0.4:
             request.first_token_s = float(rng.randint(0, 6))
             request.generated = rng.randint(0, 4)
@@ -39,14 +41,19 @@ def test_aged_shortest_first_matches_its_sort_key(seed: int) -> None:
     assert list(queue) == expected
 
 
+def random_slos(rng: random.Random) -> list[Slo]:
+    """The SLOs of no class, class 0 and class 1 (by class code + 1)."""
+    return [Slo(ttft_s=rng.choice([None, 1.0, 3]), tpot_s=rng.choice([None, 0.5, 2.0])) for _ in range(3)]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_earliest_savable_deadline_first_matches_its_sort_key(seed: int) -> None:
     rng = random.Random(seed)
     queue = random_queue(rng, rng.randint(0, 40))
-    slo = Slo(ttft_s=rng.choice([None, 1.0, 3]), tpot_s=rng.choice([None, 0.5, 2.0]))
+    bounds = [bounds_of(slo) for slo in random_slos(rng)]
     now = float(rng.randint(0, 9))
-    expected = sorted(queue, key=lambda r: (deadline_s(r, slo) < now, deadline_s(r, slo), r.id))
-    sort_queue(queue, EarliestSavableDeadlineFirst(now, slo))
+    expected = sorted(queue, key=lambda r: (due_in(r, bounds) < now, due_in(r, bounds), r.id))
+    sort_queue(queue, EarliestSavableDeadlineFirst(now, bounds))
     assert list(queue) == expected
 
 
@@ -57,17 +64,18 @@ def test_slo_aware_names_every_request_its_sort_may_put_first_from_now_on(seed: 
     any later time (at each deadline, just after it, and long after all) must be among them."""
     rng = random.Random(seed)
     queue = random_queue(rng, rng.randint(1, 40))
-    slo = Slo(ttft_s=rng.choice([None, 1.0, 3]), tpot_s=rng.choice([None, 0.5, 2.0]))
+    slos = random_slos(rng)
+    bounds = [bounds_of(slo) for slo in slos]
     now = float(rng.randint(0, 9))
-    leaders = SloAwarePolicy().waiting_leaders(SimpleNamespace(model=0, waiting=queue),
-                                               SimpleNamespace(now=now, slo=lambda model: slo))
+    view = SimpleNamespace(now=now, slo_classes=("a", "b"), slo_for_class=lambda model, code: slos[code + 1])
+    leaders = SloAwarePolicy().waiting_leaders(SimpleNamespace(model=0, waiting=queue), view)
     assert {id(r) for r in leaders} <= {id(r) for r in queue} and len({id(r) for r in leaders}) == len(leaders)
-    deadlines = sorted({deadline_s(r, slo) for r in queue} - {math.inf})
+    deadlines = sorted({due_in(r, bounds) for r in queue} - {math.inf})
     times = [now] + [t + d for t in deadlines if t >= now for d in (0.0, 1e-9, 0.5)] + [now + 1e6]
     for t in times:
-        head = min(queue, key=lambda r: (deadline_s(r, slo) < t, deadline_s(r, slo), r.id))
+        head = min(queue, key=lambda r: (due_in(r, bounds) < t, due_in(r, bounds), r.id))
         assert any(r is head for r in leaders), (t, head)
-    late = [r for r in queue if deadline_s(r, slo) < now]
+    late = [r for r in queue if due_in(r, bounds) < now]
     assert len(leaders) == len(queue) - len(late) + (1 if late else 0)  # of those late, only the earliest
 
 

@@ -18,6 +18,7 @@ from simpy.core import EmptySchedule, StopSimulation
 
 from sim.engine.engine import Engine
 from sim.engine.events import AgendaEntry, simpy_event_first
+from sim.engine.recorder import Recorder
 from sim.engine.request import Request
 
 # Final: compiled, a module's other globals are looked up in its dict at every use.
@@ -48,6 +49,7 @@ class ArrivalStream:
         self._predicted: list[int] = []
         self._priority: list[int] = []
         self._prefix_ids: list | None = None
+        self._slo_class: list[int] | None = None
         self._first_id = 0
         self._next = 0
         self._load_chunk()
@@ -67,6 +69,7 @@ class ArrivalStream:
             priority = chunk.priority if chunk.priority is not None else np.zeros(n, np.int64)
             self._priority = np.asarray(priority, np.int64).tolist()
             self._prefix_ids = _prefix_column(chunk.prefix_ids) if self.engine.config.prefix_caching else None
+            self._slo_class = _class_column(chunk.slo_class, self.engine.recorder)
             self._first_id = int(chunk.first_id)
             self._next = 0
             self.next_time = self._arrival[0]
@@ -75,7 +78,7 @@ class ArrivalStream:
         # Let go of the last chunk: the sampler and fleet controller ask this stream for the next arrival, so it
         # lives as long as the run's result does.
         self._arrival, self._model, self._prompt, self._output, self._predicted, self._priority = [], [], [], [], [], []
-        self._prefix_ids = None
+        self._prefix_ids = self._slo_class = None
         self._chunks = iter(())
         self.engine.arrivals_done = True
         self.engine.check_done()
@@ -95,7 +98,8 @@ class ArrivalStream:
             model = self._model[i]
             request = Request(self._first_id + i, max(model, 0), self._arrival[i], self._prompt[i], self._output[i],
                               self._predicted[i], self._priority[i],
-                              None if self._prefix_ids is None else self._prefix_ids[i])
+                              None if self._prefix_ids is None else self._prefix_ids[i],
+                              -1 if self._slo_class is None else self._slo_class[i])
             if model < 0:
                 engine.drop(request, "model_not_served")
             else:
@@ -116,6 +120,14 @@ def _prefix_column(prefix_ids: np.ndarray | None) -> list | None:
         return None
     column = [_id_tuple(ids) if ids is not None and len(ids) else None for ids in prefix_ids.tolist()]
     return column if any(ids is not None for ids in column) else None
+
+
+def _class_column(labels: np.ndarray | None, recorder: Recorder) -> list[int] | None:
+    """A chunk's SLO classes as codes into the recorder's class names (-1: none); None when no request has one."""
+    if labels is None:
+        return None
+    codes = [recorder.slo_class_code(label) for label in labels.tolist()]
+    return codes if any(value >= 0 for value in codes) else None
 
 
 def _id_tuple(ids: Iterable[object]) -> tuple[int, ...]:

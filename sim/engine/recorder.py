@@ -28,7 +28,7 @@ DROP_REASONS = ("", "model_not_served", "exceeds_max_model_len", "model_exceeds_
 DROP_CODES: Final = {reason: code for code, reason in enumerate(DROP_REASONS)}
 TIME_COLUMNS = ("arrival_s", "first_scheduled_s", "first_token_s", "finish_s")
 TOKEN_COLUMNS = ("prompt_tokens", "cached_prompt_tokens", "output_tokens", "generated_tokens")
-SMALL_COLUMNS = ("model", "preemptions", "gpu", "drop_reason")
+SMALL_COLUMNS = ("model", "preemptions", "gpu", "drop_reason", "slo_class")
 LOST_COLUMNS = tuple(f"lost_{cause}_s" for cause in LOSS_CAUSES)
 SAMPLE_COLUMNS = ("time_s", "gpu", "model", "weight_bytes", "kv_bytes", "queued", "running", "busy_share")
 EVENT_COLUMNS = ("time_s", "kind", "gpu", "model", "request_id", "duration_s", "detail")
@@ -68,7 +68,7 @@ class Recorder:
         self.ids = array("i")
         self.times = array("d")
         self.tokens = array("i")  # a trace may give lengths beyond 32 bits (requests then dropped, but recorded)
-        self.small = array("i")  # model, preemptions, GPU and drop code: small by construction
+        self.small = array("i")  # model, preemptions, GPU, drop code and SLO class code: small by construction
         self.rows = 0  # requests recorded
         self._pending = bytearray(PENDING_ROWS * ROW_BYTES)  # the last requests' rows, not yet in the arrays
         self._pending_rows = 0
@@ -79,6 +79,9 @@ class Recorder:
         self.samples = bytearray()
         self.sample_names: list[str] = [""]
         self._sample_codes: dict[str, int] = {"": 0}
+        # The trace's SLO class labels in the order they first arrived: requests hold codes into this list.
+        self.slo_class_names: list[str] = []
+        self._slo_class_codes: dict[str, int] = {}
 
     def request(self, request: Request, drop_reason: str = "") -> None:
         lost = request.lost
@@ -89,7 +92,7 @@ class Recorder:
         PACK_ROW(self._pending, self._pending_rows * ROW_BYTES, request.arrival_s, request.first_scheduled_s,
                  request.first_token_s, request.finish_s, request.id, request.prompt_tokens, request.cached_tokens,
                  request.output_tokens, request.generated, request.model, request.preemptions, request.gpu,
-                 DROP_CODES[drop_reason] if drop_reason else 0)
+                 DROP_CODES[drop_reason] if drop_reason else 0, request.slo_class)
         self._pending_rows += 1
         if self._pending_rows == PENDING_ROWS:
             self._flush()
@@ -116,6 +119,16 @@ class Recorder:
             for k, name in enumerate(names):
                 columns[name] = table[:, k]
         return columns
+
+    def slo_class_code(self, label: str | None) -> int:
+        """The code of SLO class ``label`` (given one the first time it is seen); -1 for none (None or empty)."""
+        if not label:
+            return -1
+        code = self._slo_class_codes.get(label)
+        if code is None:
+            code = self._slo_class_codes[label] = len(self.slo_class_names)
+            self.slo_class_names.append(label)
+        return code
 
     def lost_seconds(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows (in ending order) of the requests that lost time to preemption, and their seconds lost, one

@@ -29,11 +29,12 @@ class Request:
         "generated", "prefilled", "prefill_target", "state", "instance", "gpu", "first_token_s", "finish_s",
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "join_seq",
         "preempted_at_s", "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids",
-        "prefix_path", "cache_blocks", "cached_tokens", "prefill_start", "kv_host_ready_s",
+        "prefix_path", "cache_blocks", "cached_tokens", "prefill_start", "kv_host_ready_s", "slo_class",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
-                 predicted_output_tokens: int, priority: int = 0, prefix_ids: tuple[int, ...] | None = None):
+                 predicted_output_tokens: int, priority: int = 0, prefix_ids: tuple[int, ...] | None = None,
+                 slo_class: int = -1):
         self.id = rid
         self.model = model
         self.arrival_s = arrival_s
@@ -68,6 +69,7 @@ class Request:
         self.cached_tokens = 0  # prompt tokens its first prefill found in the prefix cache
         self.prefill_start = 0  # tokens its current prefill found in the prefix cache (it computes the rest)
         self.kv_host_ready_s = 0.0  # when its swapped-out KV is all in host RAM (a swap-in cannot start before)
+        self.slo_class = slo_class  # its trace row's SLO class, a code into the recorder's slo_class_names; -1: none
 
     def add_loss(self, cause: str, seconds: float) -> None:
         lost = self.lost

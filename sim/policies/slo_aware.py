@@ -1,6 +1,7 @@
 """``slo-aware``: deadline-driven admission and preemption, on top of ``swap-aware`` residency.
 
-Every request has a deadline from its model's SLO (``view.slo(model)``):
+Every request has a deadline from its own SLO (``view.slo_of(request)``: its SLO class's limits, each one the
+class leaves unset its model's; its model's when it has no class):
 
 * not yet started: its TTFT deadline, ``arrival_s + ttft_s``;
 * started: the time its tokens so far were due, ``first_token_s + tpot_s × generated``.
@@ -40,28 +41,36 @@ if TYPE_CHECKING:
 INF = float("inf")
 
 
-def deadline_s(request: Request, slo: Any) -> float:
-    """When the request's next due token is due under its SLO (inf when the SLO sets no bound)."""
-    return due_s(request, slo.ttft_s or 0.0, slo.tpot_s or 0.0)
-
-
 def due_s(request: Request, ttft_s: float, tpot_s: float) -> float:
-    """:func:`deadline_s` under the SLO's bounds (0: no bound), read once per queue rather than per request."""
+    """When the request's next due token is due under its SLO's TTFT and TPOT bounds (0: no bound; inf when the
+    one that applies is none)."""
     if math.isnan(request.first_token_s):
         return request.arrival_s + ttft_s if ttft_s else INF
     return request.first_token_s + tpot_s * request.generated if tpot_s else INF
 
 
-class EarliestSavableDeadlineFirst(QueueOrder):
-    """Earliest deadline first, those already past it last: the sort key (deadline < now, deadline, id)."""
+def due_in(request: Request, bounds: list[tuple[float, float]]) -> float:
+    """:func:`due_s` under the bounds of the request's SLO class, ``bounds`` being its model's by class code + 1."""
+    ttft_s, tpot_s = bounds[request.slo_class + 1]
+    return due_s(request, ttft_s, tpot_s)
 
-    def __init__(self, now: float, slo: Any):
+
+def bounds_of(slo: Any) -> tuple[float, float]:
+    """An SLO's (TTFT, TPOT) bounds, 0 for none: what :func:`due_s` takes."""
+    return (slo.ttft_s or 0.0, slo.tpot_s or 0.0)
+
+
+class EarliestSavableDeadlineFirst(QueueOrder):
+    """Earliest deadline first, those already past it last: the sort key (deadline < now, deadline, id).
+
+    ``bounds`` are the (TTFT, TPOT) bounds of the queue's model's requests by SLO class code + 1 (first: no class)."""
+
+    def __init__(self, now: float, bounds: list[tuple[float, float]]):
         self.now = now
-        self.ttft_s: float = slo.ttft_s or 0.0
-        self.tpot_s: float = slo.tpot_s or 0.0
+        self.bounds = bounds
 
     def before(self, a: Request, b: Request) -> bool:
-        due_a, due_b = due_s(a, self.ttft_s, self.tpot_s), due_s(b, self.ttft_s, self.tpot_s)
+        due_a, due_b = due_in(a, self.bounds), due_in(b, self.bounds)
         late_a, late_b = due_a < self.now, due_b < self.now
         if late_a != late_b:
             return late_b
@@ -75,23 +84,38 @@ class SloAwarePolicy(SwapAwarePolicy):
     name = "slo-aware"
     description = "Earliest-deadline-first admission from TTFT/TPOT SLOs, preempt the request with most slack (KV swap)."
 
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        # Each model's requests' (TTFT, TPOT) bounds by SLO class code + 1 (first: no class), looked up once per
+        # (model, class): deadlines are asked for every queued request at every admission.
+        self.slo_bounds: dict[int, list[tuple[float, float]]] = {}
+
+    def class_bounds(self, model: int, view: ClusterView) -> list[tuple[float, float]]:
+        """``model``'s requests' (TTFT, TPOT) bounds by SLO class code + 1, for every class arrived so far."""
+        row = self.slo_bounds.get(model)
+        if row is None:
+            row = self.slo_bounds[model] = []
+        classes = len(view.slo_classes)
+        while len(row) <= classes:  # classes arrive as the trace goes on: each one is looked up once
+            row.append(bounds_of(view.slo_for_class(model, len(row) - 1)))
+        return row
+
     def order_waiting(self, instance: Instance, view: ClusterView) -> None:
         if len(instance.waiting) < 2:
             return  # the usual case at an admission: nothing to reorder
-        sort_queue(instance.waiting, EarliestSavableDeadlineFirst(view.now, view.slo(instance.model)))
+        sort_queue(instance.waiting, EarliestSavableDeadlineFirst(view.now, self.class_bounds(instance.model, view)))
 
     waiting_order = "by-key"  # EarliestSavableDeadlineFirst: (late, deadline, id); late changes with the clock
 
     def waiting_leaders(self, instance: Instance, view: ClusterView) -> list[Request]:
         """A waiting request's deadline stays put (it generates nothing), so from now on the head is the earliest
         not yet late or, once all are, the earliest of all: a request already late leads only if it is that one."""
-        slo = view.slo(instance.model)
-        ttft_s, tpot_s, now = slo.ttft_s or 0.0, slo.tpot_s or 0.0, view.now
+        bounds, now = self.class_bounds(instance.model, view), view.now
         leaders: list[Request] = []
         earliest: Request | None = None
         earliest_due = INF
         for request in instance.waiting:
-            due = due_s(request, ttft_s, tpot_s)
+            due = due_in(request, bounds)
             if due >= now:
                 leaders.append(request)
             if earliest is None or due < earliest_due or (due == earliest_due and request.id < earliest.id):
@@ -103,15 +127,16 @@ class SloAwarePolicy(SwapAwarePolicy):
     def choose_victim(self, instance: Instance, view: ClusterView) -> tuple[Request, str]:
         if not instance.running:  # only prefills hold blocks (a later chunk found none): the latest, recomputed
             return youngest_victim(instance, view)
-        slo = view.slo(instance.model)
+        bounds = self.class_bounds(instance.model, view)
         step_s = instance.costs.decode_step_s(len(instance.running), instance.context_tokens, instance.gpu_share)
 
         def slack_s(position_request: tuple[int, Request]) -> tuple[float, int]:
             position, request = position_request
-            if not slo.tpot_s or math.isnan(request.first_token_s):
+            tpot_s = bounds[request.slo_class + 1][1]
+            if not tpot_s or math.isnan(request.first_token_s):
                 return (INF, position)
             remaining = max(0, request.predicted_output_tokens - instance.generated(request))
-            last_due = request.first_token_s + slo.tpot_s * request.predicted_output_tokens
+            last_due = request.first_token_s + tpot_s * request.predicted_output_tokens
             return (last_due - view.now - remaining * step_s, position)
 
         _, victim = max(enumerate(instance.running), key=slack_s)
@@ -126,8 +151,8 @@ class SloAwarePolicy(SwapAwarePolicy):
 
         def savable(model: int) -> int:
             ready_by = view.now + view.costs(model).reload_s(view.deployment_share(model))
-            slo = view.slo(model)
-            return sum(1 for r in view.pending(model) if deadline_s(r, slo) >= ready_by)
+            bounds = self.class_bounds(model, view)
+            return sum(1 for r in view.pending(model) if due_in(r, bounds) >= ready_by)
 
         return sorted(absent, key=lambda m: (-savable(m), -self.gain_s(view, m), m))
 

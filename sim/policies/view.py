@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
 from sim.errors import MmsimError
+from sim.files import cut
 from sim.policies.contract import check_target, checked_order_waiting
 
 if TYPE_CHECKING:  # the engine imports this module: its types are for the type checker and mypyc only
@@ -119,6 +121,22 @@ class ClusterView:
         from sim.scenario import Slo  # an engine built without a scenario has no SLOs
         return Slo()
 
+    def slo_of(self, request: Request) -> Any:
+        """The limits ``request`` is held to: its SLO class's (``slo_classes``), each one the class leaves unset its
+        model's; its model's (:meth:`slo`) when it has no class or one the scenario does not name."""
+        return self.slo_for_class(request.model, request.slo_class)
+
+    def slo_for_class(self, model: int, slo_class: int) -> Any:
+        """The limits a request of ``model`` and SLO class code ``slo_class`` (an index into :attr:`slo_classes`;
+        -1: none) is held to, as :meth:`slo_of` gives them."""
+        slo = self.slo(model)
+        return slo if slo_class < 0 else slo.for_class(self._engine.recorder.slo_class_names[slo_class])
+
+    @property
+    def slo_classes(self) -> tuple[str, ...]:
+        """The SLO class labels of the requests that have arrived so far: ``request.slo_class`` indexes them."""
+        return tuple(self._engine.recorder.slo_class_names)
+
     def pending(self, model: int) -> tuple[Request, ...]:
         """Requests of ``model`` that no instance holds (waiting for placement)."""
         return tuple(self._engine.pending[model])
@@ -159,7 +177,8 @@ class ClusterView:
         """Start loading (from the node's host-RAM copy if one is cached, else disk) at ``gpu_share`` (by default
         the deployment's); returns the new instance, or None if the weights do not fit."""
         engine = self._engine
-        if not 0 <= model < len(engine.model_names):  # -1 would load the last model
+        # -1 would load the last model, and True the second
+        if isinstance(model, bool) or not 0 <= model < len(engine.model_names):
             raise ValueError(f"model index {model!r} is not one of this scenario's 0..{len(engine.model_names) - 1}")
         share = self._share(model, gpu_share)
         if not 0 <= share <= 1:  # 0: every layer on the CPU (the paper's fully offloaded runs)
@@ -219,6 +238,8 @@ class ClusterView:
         env = self._engine.env
         if not math.isfinite(time_s):  # NaN fired at once, and a timer at infinity never does
             raise ValueError(f"call_at needs a finite time, not {time_s!r}")
+        if self._engine.checks_policy:
+            _check_callback(callback)
         timer = env.timeout(max(0.0, time_s - env.now))
 
         def fire(_event: object) -> None:
@@ -226,6 +247,18 @@ class ClusterView:
             callback(self)
 
         timer.callbacks.append(fire)
+
+
+def _check_callback(callback: object) -> None:
+    """Refuse a timer callback that cannot be called with the view: it failed only when the timer fired, inside
+    mmsim's code, as a traceback."""
+    try:
+        inspect.signature(callback).bind(None)  # type: ignore[arg-type]
+    except TypeError as error:  # not callable, or not with one argument
+        raise ValueError(f"call_at needs a callback taking the view, callback(view); {cut(repr(callback))} cannot "
+                         f"be called so ({error})") from None
+    except ValueError:
+        return  # a builtin whose signature Python cannot tell: left to the call
 
 
 def _check_mode(mode: str) -> None:

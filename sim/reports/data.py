@@ -11,8 +11,8 @@ import pandas as pd
 from sim.errors import MmsimError
 
 RUN_FILES = ("requests.parquet", "events.parquet", "timeseries.parquet")
-OPTIONAL_REQUEST_COLUMNS = ("cached_prompt_tokens",)
-"""Columns a report does without: runs written before prefix caching lack them."""
+OPTIONAL_REQUEST_COLUMNS = ("cached_prompt_tokens", "slo_class")
+"""Columns a report does without: runs written before prefix caching, or before SLO classes, lack them."""
 
 
 def _required_columns(name: str) -> tuple[str, ...]:
