@@ -173,6 +173,7 @@ def test_the_per_class_summary_figures_are_the_classes_requests(tmp_path):
             p50, p90, p99 = map(float, np.percentile(values, [50, 90, 99]))
             assert figures[name] == {"mean": float(values.mean()), "p50": p50, "p90": p90, "p99": p99}
     assert per_class["interactive"]["requests"] == 3 and per_class["batch"]["requests"] == 2
+    assert "by SLO class" in text and "interactive" in text and "batch" in text  # and the run prints them
 
 
 # -- validation ------------------------------------------------------------------------------------------------

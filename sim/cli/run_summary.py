@@ -156,6 +156,22 @@ def prefix_table(summary: dict) -> Table | None:
     return table
 
 
+def slo_class_table(summary: dict) -> Table | None:
+    """Each SLO class's requests, SLO attainment and latencies, when trace rows carried classes."""
+    classes = summary.get("per_slo_class") or {}
+    if not classes:
+        return None
+    table = Table(title="by SLO class (each request held to its class's limits)", title_justify="left")
+    for name in ("class", "requests", "completed", "SLO attainment", "TTFT p50 / p90 / p99 s", "E2E p50 / p90 / p99 s"):
+        table.add_column(name, justify="left" if name == "class" else "right", overflow="fold")
+    for label, figures in classes.items():
+        attainment = figures.get("slo_attainment")
+        table.add_row(escape(label), f"{figures['requests']:,}", f"{figures['completed']:,}",
+                      "–" if attainment is None else f"{attainment:.1%}", _percentiles(figures.get("ttft_s")),
+                      _percentiles(figures.get("e2e_s")))
+    return table
+
+
 SWAPPING_POLICIES = frozenset({"fcfs-swap", "time-slice", "swap-aware", "offload-aware", "prefix-swap-aware"})
 """The built-in policies that load and unload models themselves (placement an autoscaler would also set)."""
 
@@ -257,7 +273,7 @@ def print_run_summary(console: Console, summary: dict, requests: pd.DataFrame | 
     else :func:`next_command` of the summary)."""
     console.print(summary_table(summary))
     by_model = drops_by_model(summary, requests)
-    for table in (drops_table(summary, by_model), prefix_table(summary)):
+    for table in (drops_table(summary, by_model), prefix_table(summary), slo_class_table(summary)):
         if table is not None:
             console.print(table)
     for sentence in warnings(summary, by_model):
