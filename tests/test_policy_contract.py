@@ -393,7 +393,7 @@ def test_requests_go_only_to_instances_of_their_own_model(policies, name, expect
     ("UnloadsOddly", "raised ValueError: mode must be 'swap' or 'recompute', not 'banana' (in on_arrival"),
     ("TimerAtNaN", "raised ValueError: call_at needs a finite time, not nan (in setup"),
     # True loaded model 1; a callback that cannot take the view failed in mmsim's code when it fired, a traceback.
-    ("LoadsModelTrue", "raised ValueError: model index True is not one of this scenario's 0..1 (in setup"),
+    ("LoadsModelTrue", "raised ValueError: a model index is a Python int, not True (in setup"),
     ("TimerOfANumber", "raised ValueError: call_at needs a callback taking the view, callback(view); 42 cannot"),
     ("TimerWithoutTheView", "raised ValueError: call_at needs a callback taking the view, callback(view); <function"),
 ])

@@ -173,12 +173,14 @@ class ClusterView:
             check_target(engine, request, instance, "assign")
         engine.assign(request, instance)
 
-    def load(self, model: int, gpu: Gpu, gpu_share: float | None = None) -> Instance | None:
+    def load(self, model: object, gpu: Gpu, gpu_share: float | None = None) -> Instance | None:
         """Start loading (from the node's host-RAM copy if one is cached, else disk) at ``gpu_share`` (by default
         the deployment's); returns the new instance, or None if the weights do not fit."""
         engine = self._engine
-        # -1 would load the last model, and True the second
-        if isinstance(model, bool) or not 0 <= model < len(engine.model_names):
+        # -1 would load the last model, and True the second (untyped here: compiled, an int parameter takes True as 1)
+        if isinstance(model, bool) or not isinstance(model, int):
+            raise ValueError(f"a model index is a Python int, not {cut(repr(model))}")
+        if not 0 <= model < len(engine.model_names):
             raise ValueError(f"model index {model!r} is not one of this scenario's 0..{len(engine.model_names) - 1}")
         share = self._share(model, gpu_share)
         if not 0 <= share <= 1:  # 0: every layer on the CPU (the paper's fully offloaded runs)
