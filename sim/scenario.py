@@ -107,9 +107,19 @@ class ModelEntry(Strict):
             raise ValueError(f"replicas must be between 0 and {MAX_NODES * MAX_GPUS_PER_NODE}")
         return value
 
+    @field_validator("alias")
+    @classmethod
+    def _alias(cls, alias: str | None) -> str | None:
+        # A deployment's name goes into comma-separated flags (--mix a=0.5,b=0.5) and run folder names.
+        if alias is not None and (not alias.strip() or "," in alias or "=" in alias or not alias.isprintable()):
+            raise ValueError(f"{alias!r} cannot name a deployment: give printable text without ',' or '='")
+        return alias
+
     @field_validator("gpus")
     @classmethod
     def _gpu_indexes(cls, value):
+        if value is not None and not value:
+            raise ValueError("lists no GPU; list the GPUs to pin it to, or leave gpus out")
         if value is not None and any(not 0 <= index < MAX_NODES * MAX_GPUS_PER_NODE for index in value):
             raise ValueError("GPU indexes must be >= 0 and below the cluster's GPU count")
         if value is not None and len(set(value)) != len(value):  # loaded one instance per entry, twice on one GPU
@@ -197,6 +207,13 @@ class Scenario(Strict):
     """A whole scenario file."""
 
     name: str = Field(default="scenario", min_length=1, max_length=200)
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("must not be empty or blank: it names the scenario's runs and reports")
+        return name
     description: str = ""
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     profile: str = "paper-rtx5000"

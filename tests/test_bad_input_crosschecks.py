@@ -90,3 +90,15 @@ def test_a_sweep_axis_value_given_twice_as_equal_numbers_is_refused(tmp_path, ax
     write_yaml(tmp_path / "s.yaml", tiny_scenario())
     sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "axes": axes})
     refused(["sweep", sweep, "--out", tmp_path / "o", "-q"], expected, out=tmp_path / "o")
+
+
+@pytest.mark.parametrize("changes, field, expected", [
+    # Each was taken: a blank name named the runs " ", an alias with a comma could not be given in --mix, and an
+    # empty pin list placed the model as if unpinned.
+    ({"name": "   "}, "name", "must not be empty or blank"),
+    ({"models": [{"name": "qwen2.5-3b", "alias": "a,b"}]}, "models.0.alias", "'a,b' cannot name a deployment"),
+    ({"models": [{"name": "qwen2.5-3b", "gpus": []}]}, "models.0.gpus", "lists no GPU"),
+])
+def test_a_scenario_name_alias_or_pin_list_that_names_nothing_is_refused(tmp_path, changes, field, expected):
+    scenario = write_yaml(tmp_path / "s.yaml", tiny_scenario(**changes))
+    refused(["run", scenario, "--out", tmp_path / "o"], f"{field}: {expected}", out=tmp_path / "o")
