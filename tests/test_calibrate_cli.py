@@ -63,6 +63,9 @@ def test_missing_torch_says_how_to_install(monkeypatch, capsys):
 def test_bad_options_are_user_errors(monkeypatch, capsys):
     for args, message in ((["--device", "tpu"], "expected cpu"), (["--device", "cpu", "--dtype", "q4"], "dtypes"),
                           (["--device", "cpu", "--models", "nope"], "unknown model"),
+                          # "" calibrated the default models, and a model given twice was accepted
+                          (["--device", "cpu", "--models", ""], "--models must name at least one model"),
+                          (["--device", "cpu", "--models", "qwen2.5-3b,qwen2.5-3b"], "is there twice"),
                           # vLLM's CPU KV pool is whole GiB: a fraction is refused here, not deep inside vLLM
                           (["--engine", "vllm", "--device", "cpu", "--kv-cache-gib", "0.125"], "--kv-cache-gib")):
         code, _, err = run_cli(monkeypatch, capsys, "calibrate", *args)

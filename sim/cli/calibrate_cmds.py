@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from sim.cli import app
+from sim.cli.common import comma_list
 from sim.errors import MmsimError
 
 calibrate_app = typer.Typer(help="Measure this machine (torch microbenchmarks) into a hardware profile.",
@@ -70,6 +71,8 @@ def calibrate(
     if engine not in ("torch", "vllm"):
         raise MmsimError(f"unknown --engine {engine!r}; expected torch or vllm")
     check_threads(threads)
+    if models is not None:  # "" calibrated the default models, and a model given twice was measured twice
+        comma_list(models, "--models", str, "model", "comma-separated catalogue model names")
     engine_only = {"--config": config, "--base": base, "--max-num-seqs": max_num_seqs,
                    "--max-num-batched-tokens": max_num_batched_tokens, "--block-size": block_size,
                    "--kv-cache-gib": kv_cache_gib}
