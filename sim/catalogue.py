@@ -132,6 +132,13 @@ class ModelSpec:
         return data
 
 
+def known_dtype(dtype: str) -> str:
+    """``dtype`` if mmsim knows it (a validator's check: ValueError otherwise)."""
+    if dtype not in BITS_PER_WEIGHT:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(BITS_PER_WEIGHT)}")
+    return dtype
+
+
 def bits_per_weight(dtype: str) -> float:
     try:
         return BITS_PER_WEIGHT[dtype]

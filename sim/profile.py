@@ -15,11 +15,11 @@ import typing
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sim.catalogue import BITS_PER_WEIGHT
+from sim.catalogue import known_dtype
 from sim.errors import MmsimError, validate_mapping
 from sim.files import load_json
 from sim.fleet.config import MAX_GPUS_PER_NODE
@@ -288,16 +288,9 @@ class SwapCosts(Sourced):
 class ModelCosts(Strict):
     """Costs of one model on this host; anything absent is estimated from the roofline."""
 
-    dtype: str = "fp16"
-
-    @field_validator("dtype")
-    @classmethod
-    def _known_dtype(cls, dtype: str) -> str:
-        # The entry prices one dtype of the model: under a misspelt one it never applied, and the run silently
-        # fell back to the roofline estimate.
-        if dtype not in BITS_PER_WEIGHT:
-            raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(BITS_PER_WEIGHT)}")
-        return dtype
+    # The entry prices one dtype of the model: under a misspelt one it never applied, and the run silently fell back
+    # to the roofline estimate.
+    dtype: Annotated[str, AfterValidator(known_dtype)] = "fp16"
     gpu: LayerCost
     cpu: LayerCost | None = None
     head_gpu_s: float = Field(default=0.0, ge=0, description="LM head + sampling per decode step on GPU")

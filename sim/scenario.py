@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from sim.catalogue import BITS_PER_WEIGHT, catalogue
+from sim.catalogue import catalogue, known_dtype
 from sim.errors import MmsimError, validate_mapping
 from sim.files import cut, load_yaml
 from sim.fleet.config import Autoscaler, ColdStart, MigConfig, Pool
@@ -142,9 +142,7 @@ class ModelEntry(Strict):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, value: str) -> str:
-        if value not in BITS_PER_WEIGHT:
-            raise ValueError(f"unknown dtype {value!r}; expected one of {', '.join(BITS_PER_WEIGHT)}")
-        return value
+        return known_dtype(value)
 
 
 class Slo(Strict):

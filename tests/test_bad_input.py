@@ -57,15 +57,20 @@ def cli(*args, timeout_s: float = 30.0, cwd: Path | None = None) -> tuple[int, s
     return code, output.getvalue()
 
 
-def refused(args, *expected: str, out: Path | None = None, **kwargs) -> str:
-    """Assert the command is refused: exit 2, one ``error:`` line containing ``expected``, nothing at ``out``."""
-    code, text = cli(*args, **kwargs)
+def assert_refused(code: int, text: str, expected: tuple[str, ...]) -> None:
+    """Exit 2 and one ``error:`` line containing each of ``expected``, no traceback."""
     assert code == 2, text
     assert "Traceback" not in text
     lines = [line for line in text.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), text
     for part in expected:
         assert part in text, text
+
+
+def refused(args, *expected: str, out: Path | None = None, **kwargs) -> str:
+    """Assert the command is refused: exit 2, one ``error:`` line containing ``expected``, nothing at ``out``."""
+    code, text = cli(*args, **kwargs)
+    assert_refused(code, text, expected)
     if out is not None:
         assert not Path(out).exists(), f"{out} was left behind"
     return text

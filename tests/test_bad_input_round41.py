@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_bad_input import ROOT, TRACE_HEADER, tiny_scenario, write, write_yaml
+from tests.test_bad_input import ROOT, TRACE_HEADER, assert_refused, tiny_scenario, write, write_yaml
 
 LONG = "x" * 300
 """A path component over every common file system's 255-byte limit."""
@@ -32,12 +32,7 @@ def mmsim(*args, cwd: Path) -> tuple[int, str]:
 def refused(args, *expected: str, cwd: Path) -> str:
     """Assert exit 2, one ``error:`` line holding each of ``expected``, no traceback."""
     code, text = mmsim(*args, cwd=cwd)
-    assert code == 2, text
-    assert "Traceback" not in text
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), text
-    for part in expected:
-        assert part in text, text
+    assert_refused(code, text, expected)
     return text
 
 
