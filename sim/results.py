@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 
 from sim.engine.recorder import DROP_REASONS, EVENT_COLUMNS, LOST_COLUMNS, Recorder
-from sim.files import written_through
+from sim.outputs import written_through
 
 if TYPE_CHECKING:
     import pandas as pd

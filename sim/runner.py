@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 from sim.errors import MmsimError
-from sim.files import check_output_dir, disk_error, safe_name, written_through
+from sim.files import safe_name
+from sim.outputs import check_output_dir, disk_error, written_through
 from sim.progress_bar import progress_bar
 from sim.results import write_run
 from sim.scenario import Scenario, load_scenario

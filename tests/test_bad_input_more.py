@@ -243,7 +243,7 @@ def test_trace_and_validate_list_flags(tmp_path, flags, expected):
 
 
 def test_trace_windows_refuse_an_empty_window(tmp_path):
-    from sim.cli.trace_cmds import parse_windows
+    from sim.cli.trace_flags import parse_windows
     from sim.errors import MmsimError
 
     assert parse_windows("0:2,60:8:2") == [[0.0, 2.0], [60.0, 8.0, 2.0]]

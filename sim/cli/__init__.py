@@ -70,7 +70,7 @@ may a command start the process again (``calibrate.allocator``)."""
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors, and writes failing for want of space or permission, print one line and exit 2."""
-    from sim.files import disk_error
+    from sim.outputs import disk_error
 
     global own_command_line
     own_command_line = argv is None

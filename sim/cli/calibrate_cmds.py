@@ -142,7 +142,7 @@ def interconnect(
 
 def _check_outputs(out: Path, workdir: Path | None) -> Path:
     """Before minutes of measuring: the profile's folder and the scratch folder must be writable (one line, exit 2)."""
-    from sim.files import check_output_dir
+    from sim.outputs import check_output_dir
 
     if out.is_dir():
         raise MmsimError("is a folder; give the profile's file name", source=str(out))

@@ -90,7 +90,7 @@ def compare_cmd(scenario: Path = typer.Argument(..., help="scenario YAML"),
     from sim.reports.compare import compare
     from sim.reports.data import by_policy
 
-    from sim.files import check_output_dir
+    from sim.outputs import check_output_dir
 
     # Twice-named policies are left to compare(), which also catches two spellings of one policy sharing a folder.
     names = comma_list(policies, "--policies", str, "policy", "comma-separated policy names or path.py:Class",
@@ -129,7 +129,7 @@ def _sweep_report(sweep_dir: Path, out: Path | None) -> Path:
         raise MmsimError(f"{sweep_dir} is a sweep folder, but sweep reports are not available in this version "
                          "(no sim.sweep.report); pass run folders instead") from None
 
-    from sim.files import check_page_target
+    from sim.outputs import check_page_target
 
     target = check_page_target(out or Path("reports") / f"{sweep_dir.name}.html", folders=[sweep_dir])
     return sweep_report(sweep_dir, target)
@@ -156,7 +156,8 @@ def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one 
         from sim.reports.comparable import comparable_groups
         from sim.reports.data import by_policy
 
-        from sim.files import check_page_target, safe_name
+        from sim.files import safe_name
+        from sim.outputs import check_page_target
 
         folders = _run_folders(runs)
         if out is not None:

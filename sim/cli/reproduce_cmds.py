@@ -42,7 +42,7 @@ def paper(platform: str = typer.Option("all", "--platform", help="rtx5000, a6000
     platforms = PLATFORMS if platform == "all" else (platform,)
     overrides = _profile_overrides(profile, platforms)
     if html_path is not None:  # before minutes of experiments, not after
-        from sim.files import check_page_target
+        from sim.outputs import check_page_target
 
         check_page_target(html_path, inputs=[Path(path) for path in overrides.values()])
     from sim.reproduce import compare, report

@@ -34,7 +34,8 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML (base scenario
           allow_policy_files: bool = ALLOW_POLICY_FILES,
           quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar or table")) -> None:
     """Run every combination of a sweep's axes; resume by skipping finished runs; write OUT/index.csv."""
-    from sim.files import check_output_dir, safe_name
+    from sim.files import safe_name
+    from sim.outputs import check_output_dir
     from sim.policies.registry import check_policy_file_allowed
     from sim.sweep.execute import check_ray_address, check_sweep_folder, run_sweep
     from sim.sweep.spec import expand, load_sweep, resolve_base
@@ -135,7 +136,8 @@ def capacity(scenario: Path = typer.Argument(..., help="scenario YAML"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Per policy: the highest load multiplier meeting the SLO target, and optionally the fewest GPUs for a load;
     or (--cheapest-fleet) the cheapest pool mix meeting it; or (--pareto) cost vs SLO attainment per autoscaler."""
-    from sim.files import check_output_dir, safe_name
+    from sim.files import safe_name
+    from sim.outputs import check_output_dir
     from sim.policies.registry import check_policy_file_allowed, get_policy_class
     from sim.scenario import load_scenario
     from sim.sweep.execute import check_ray_address

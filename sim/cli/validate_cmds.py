@@ -52,7 +52,7 @@ def vllm(
 ) -> None:
     """Replay SOURCE at real arrival times through vLLM, simulate it with mmsim, print the errors per load."""
     from calibrate.vllm_engine import EngineLimits, check_device, require_vllm
-    from sim.files import check_output_dir
+    from sim.outputs import check_output_dir
 
     levels = parse_loads(loads)  # a typo in a flag is named before what the machine lacks
     check_device(device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sim.errors import MmsimError
-from sim.files import check_page_target
+from sim.outputs import check_page_target
 from sim.progress_bar import progress_bar
 from sim.reports.data import RunData
 from sim.reports.html import build_report

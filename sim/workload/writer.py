@@ -24,7 +24,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from sim.errors import MmsimError
-from sim.files import disk_error, written_through
+from sim.outputs import disk_error, written_through
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import REQUIRED_COLUMNS, default_column, optional_columns
 from sim.workload.textfiles import file_kind
