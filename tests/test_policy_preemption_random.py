@@ -36,7 +36,8 @@ class Preempter(StaticPolicy):
 
     @classmethod
     def param_defaults(cls) -> dict:
-        return {**super().param_defaults(), "times_s": (), "modes": ("swap",), "pick": 0}
+        return {**super().param_defaults(), "times_s": (), "modes": ("swap",), "pick": 0,
+                "moves": False}  # True: run as a Mover
 
     def setup(self, view) -> None:
         super().setup(view)
@@ -49,6 +50,43 @@ class Preempter(StaticPolicy):
             if instance.status == "ready" and instance.running:
                 request = instance.running[(self.pick + k) % len(instance.running)]
                 view.preempt(instance, request, self.modes[k % len(self.modes)])
+                self.after_preempt(view, instance, request)
+
+    def after_preempt(self, view, instance, request) -> None:
+        """Nothing more, unless the policy also moves requests."""
+
+
+class Mover(Preempter):
+    """A :class:`Preempter` that then assigns each request it preempted, and the youngest waiting one, to another
+    replica of the model: at once, or (preempted mid-step) as the instance's step ends. Its hook on every step
+    keeps fast-forward to windows of one iteration."""
+
+    def setup(self, view) -> None:
+        self.leaving: list = []
+        super().setup(view)
+
+    def after_preempt(self, view, instance, request) -> None:
+        self.move(view, instance, request)
+        if instance.waiting:
+            self.move(view, instance, instance.waiting[-1])
+
+    def move(self, view, instance, request) -> None:
+        """Queue ``request`` at another replica if it is queued; one preempted mid-step waits for the step's end."""
+        others = [other for other in view.instances_of(request.model) if other is not instance]
+        if not others:
+            return
+        if request.state in ("waiting", "swapped"):
+            view.assign(request, others[0])
+        elif request.state == "running":
+            self.leaving.append(request)
+
+    def on_step(self, instance, view) -> None:
+        leaving, self.leaving = self.leaving, []
+        for request in leaving:
+            if request.instance is instance:
+                self.move(view, instance, request)
+            elif request.state == "running":
+                self.leaving.append(request)
 
 
 @st.composite
@@ -63,12 +101,13 @@ def cases(draw):
         st.tuples(st.integers(0, 1000), st.integers(1, 10), st.integers(5, 40)).map(
             lambda burst: [burst[0] / 100 + k * burst[1] / 100 for k in range(burst[2])])))
     modes = draw(st.lists(st.sampled_from(["swap", "recompute"]), min_size=1, max_size=3))
+    replicas = draw(st.integers(1, 2))  # with two, preempted and waiting requests move between them
     scenario = parse_scenario({
         "name": "preempting", "seed": 1, "profile": "paper-rtx5000",
         # One GPU for two models: they take turns, and a preemption asked while the other's step runs is at once.
-        "cluster": {"nodes": 1, "gpus_per_node": draw(st.integers(1, len(models))),
+        "cluster": {"nodes": 1, "gpus_per_node": draw(st.integers(1, len(models) * replicas)),
                     "host_memory_gb": draw(st.sampled_from([0.05, 64]))},
-        "models": [{"name": m} for m in models],
+        "models": [{"name": m, "replicas": replicas} for m in models],
         "workload": {"generator": {"max_requests": 1, "arrivals": {"process": "poisson", "rate_per_s": 1.0},
                                    "mix": {m: 1.0 for m in models}, "prompt_tokens": {"dist": "constant", "value": 10},
                                    "output_tokens": {"dist": "constant", "value": 10}},
@@ -76,7 +115,8 @@ def cases(draw):
         "engine": {"max_num_seqs": draw(st.sampled_from([2, 8])), "max_num_batched_tokens": 2048,
                    "prefix_caching": draw(st.booleans())},
     }, "random")
-    params = {"times_s": tuple(sorted(times)), "modes": tuple(modes), "pick": draw(st.integers(0, 3))}
+    params = {"times_s": tuple(sorted(times)), "modes": tuple(modes), "pick": draw(st.integers(0, 3)),
+              "moves": replicas > 1 and draw(st.booleans())}
     return scenario, rows, params
 
 
@@ -86,7 +126,8 @@ def run(scenario, rows, params: dict, mode: str):
     ids[:] = [value or None for value in prefix_ids]
     chunks = [RequestChunk(np.cumsum(gaps), np.array(models, object), np.array(prompts), np.array(outputs),
                            prefix_ids=ids)]
-    registry._REGISTRY[Preempter.name] = lambda **given: Preempter(**{**params, **given})
+    policy = Mover if params["moves"] else Preempter
+    registry._REGISTRY[Preempter.name] = lambda **given: policy(**{**params, **given})
     try:
         return simulate(scenario, policy=Preempter.name, chunks=chunks, mode=mode)
     finally:

@@ -226,6 +226,15 @@ class Engine:
         self.pending[request.model].append(request)
         self.pending_total += 1
 
+    def withdraw(self, request: Request) -> None:
+        """Take a waiting or swapped request out of its instance's queue, for a policy to queue it elsewhere."""
+        instance = request.instance
+        assert instance is not None and request.state in ("waiting", "swapped")
+        instance.gpu.sync()
+        instance.release(request)
+        request.instance = None
+        instance.gpu.kick()  # the queue's head may have changed: what could not start may start now
+
     def assign(self, request: Request, instance: Instance) -> None:
         """Queue ``request`` at ``instance`` (swapped KV resumes there if it is on the same node)."""
         if request.unplaced:

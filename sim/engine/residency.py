@@ -135,16 +135,18 @@ def _finish_load(engine: Engine, instance: Instance, seconds: float,
         instance.gpu.releases += 1
         instance.prefix_cache.restore(prefixes, instance.gpu.releases)
         instance.gpu.evict_idle_cache()
+    now = engine.env.now
     instance.status = "ready"
-    instance.ready_at_s = engine.env.now
-    instance.last_used_s = engine.env.now
+    instance.ready_at_s = instance.last_used_s = now
     engine.policy.on_instance_ready(instance, engine.view)
     # Only the paused requests this load brought back (queued here once the policy has routed) pay for it;
-    # a paused request still pending, e.g. for another instance of its model, is not charged this reload.
+    # a paused request still pending, e.g. for another instance of its model, is not charged this reload. One
+    # paused after the load began (a policy moved it here) pays only the part of its pause not yet explained.
     for request in (*instance.waiting, *instance.swapped):
         if _paused(request):
-            request.add_loss("reload", seconds)
-            request.pause_charged += seconds
+            charged = min(seconds, max(0.0, now - request.preempted_at_s - request.pause_charged))
+            request.add_loss("reload", charged)
+            request.pause_charged += charged
     instance.gpu.kick()
 
 

@@ -57,14 +57,22 @@ def checked_order_waiting(engine: Engine, instance: Instance) -> None:
                               "(requests move between queues only through the view's actions)")
 
 
+QUEUEABLE_STATES = ("pending", "waiting", "swapped")  # not in a batch, nor done
+
+
 def check_target(engine: Engine, request: Request, target: object, hook: str) -> None:
-    """Stop the run unless ``target``, where a user's ``hook`` (route, or the view's assign) sent ``request``, is
-    a ready or loading instance of the request's model: another model's would decode it with the wrong weights,
-    and a gone one would hold it where nothing runs."""
+    """Stop the run unless ``request`` waits to be queued (not in a batch, nor done) and ``target``, where a user's
+    ``hook`` (route, or the view's assign) sent it, is a ready or loading instance of the request's model: another
+    model's would decode it with the wrong weights, and a gone one would hold it where nothing runs."""
     from sim.engine.instance import Instance
 
     name = engine.model_names[request.model]
-    if not isinstance(target, Instance):
+    expected = f"a ready or loading instance of {name}{' or None' if hook == 'route' else ''}"
+    if request.state not in QUEUEABLE_STATES:
+        where = f" on {request.instance.name}" if request.instance is not None else ""
+        problem = f"was given request {request.id} ({name}), which is {request.state}{where}"
+        expected = "a pending, waiting or swapped request (preempt a running one first)"
+    elif not isinstance(target, Instance):
         problem = f"gave {cut(repr(target))} for request {request.id} ({name})"
     elif target.model != request.model:
         problem = f"sent request {request.id} ({name}) to {target.name}, an instance of another model"
@@ -73,8 +81,7 @@ def check_target(engine: Engine, request: Request, target: object, hook: str) ->
     else:
         return
     raise PolicyContractError(f"{policy_label(engine)} broke the policy contract at t={engine.env.now:.3f} s: its "
-                              f"{hook} {problem}; expected a ready or loading instance of {name}"
-                              f"{' or None' if hook == 'route' else ''}")
+                              f"{hook} {problem}; expected {expected}")
 
 
 def checked_route(engine: Engine, request: Request) -> Instance | None:

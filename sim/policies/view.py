@@ -168,9 +168,15 @@ class ClusterView:
 
     # -- acting ----------------------------------------------------------------------------------
     def assign(self, request: Request, instance: Instance) -> None:
+        """Queue a pending request at ``instance``; one waiting or swapped at another instance moves there (a
+        swapped one keeps its host KV on the same node, and is recomputed on another)."""
         engine = self._engine
         if engine.checks_policy:
             check_target(engine, request, instance, "assign")
+        if request.instance is not None:
+            if request.instance is instance:
+                return  # queued there already: it keeps its place
+            engine.withdraw(request)
         engine.assign(request, instance)
 
     def load(self, model: object, gpu: Gpu, gpu_share: float | None = None) -> Instance | None:
