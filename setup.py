@@ -37,6 +37,7 @@ COMPILED_MODULES = [
     "sim/engine/step.py",
     "sim/engine/timeshare.py",
     "sim/engine/transfers.py",
+    "sim/layer_costs.py",
     "sim/parallel.py",
     # The built-in policies' hooks run for every request: compiled with the engine, they cost what its own code
     # does. Their classes allow interpreted subclasses, so a user's policy may still extend any of them.

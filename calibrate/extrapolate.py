@@ -1,6 +1,6 @@
 """Costs of catalogue models that were not measured, extrapolated from the ones that were.
 
-A model's roofline cost (``sim.costs.estimate_layer_cost`` from the measured
+A model's roofline cost (``sim.layer_costs.estimate_layer_cost`` from the measured
 bandwidth and GEMM rate) is optimistic by a factor that depends on the host
 and the software, not much on the model. That factor is measured on the
 calibrated models (measured cost / roofline cost at a typical decode and prefill
@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from sim.catalogue import ModelSpec
-from sim.costs import estimate_layer_cost
+from sim.layer_costs import estimate_layer_cost
 
 DECODE_FIELDS = ("decode_base_s", "decode_per_seq_s", "decode_per_context_token_s")
 PREFILL_FIELDS = ("prefill_base_s", "prefill_per_token_s", "prefill_per_token_sq_s")

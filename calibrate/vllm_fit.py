@@ -184,7 +184,7 @@ def fit_decode(samples: list[dict], layers: int) -> tuple[dict, dict]:
 def fit_prefill(samples: list[dict], layers: int, decode: dict) -> tuple[dict, dict]:
     """Per-layer prefill over prefill-only steps and mixed steps, less the mixed steps' decodes as ``decode`` prices
     them (mmsim charges a mixed step prefill + decode(B, C) - decode(0, 0): the fixed cost once)."""
-    from sim.costs import BatchCurve
+    from sim.layer_costs import BatchCurve
 
     grid = decode["decode_grid"]
     base = BatchCurve(decode["decode_base_s"], decode["decode_per_seq_s"], [(p["batch"], p["base_s"]) for p in grid])

@@ -21,7 +21,7 @@ import yaml
 
 from calibrate.fit import relative_nnls
 from sim.catalogue import get_model
-from sim.costs import estimate_layer_cost
+from sim.layer_costs import estimate_layer_cost
 
 GB, GIB = 1e9, 2**30
 OUT = Path(__file__).resolve().parents[1] / "sim" / "data" / "profiles"

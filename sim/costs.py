@@ -27,16 +27,16 @@ profile measured the CPU: estimated or derived CPU costs are raised to the GPU's
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
 
 from sim import profile as prof
 from sim.catalogue import ModelSpec, default_kv_dtype, kv_bits
+from sim.layer_costs import (ROOFLINE_NOTE, BatchCurve, PrefillLayer, cpu_figures, cpu_raised_to_gpu, estimate_layer_cost,
+                             excess, gpu_figures, layer_curves)
 
 GIB = 2**30
-ROOFLINE_NOTE = "roofline estimate from the profile's GPU/CPU bandwidth and FLOP/s"
 
 
 @dataclass(frozen=True)
@@ -54,98 +54,6 @@ class StepCoefficients:
         # step_s(context_tokens), written out: this runs several times per simulated step.
         first_s = self.base_s + self.per_context_token_s * context_tokens
         return steps * first_s + self.per_context_token_s * batch * steps * (steps - 1) / 2
-
-
-class BatchCurve:
-    """A cost as a function of batch size: ``intercept + slope * B``, or, given measured ``points`` (batch,
-    seconds), piecewise linear through (0, intercept) and the points, extended past the last point by the
-    last segment's slope (never negative); plus an affine ``offset`` (see :meth:`raised`)."""
-
-    def __init__(self, intercept: float, slope: float, points: list[tuple[int, float]],
-                 offset: tuple[float, float] = (0.0, 0.0)):
-        self.intercept = intercept
-        self.slope = slope
-        self.points = sorted(dict(points).items())  # one value per batch size: a repeated one would divide by 0
-        self.offset = offset
-        # A fitted intercept above the first measured point would make a small batch cheaper than none.
-        start = min(intercept, self.points[0][1]) if self.points else intercept
-        self._batches: list[float] = [0.0] + [float(b) for b, _ in self.points]
-        self._values: list[float] = [start] + [v for _, v in self.points]
-
-    def raised(self, intercept: float, slope: float) -> BatchCurve:
-        """This curve plus ``intercept + slope * B``."""
-        return BatchCurve(self.intercept, self.slope, self.points, (self.offset[0] + intercept, self.offset[1] + slope))
-
-    def at(self, batch: int) -> float:
-        return self._curve(batch) + self.offset[0] + self.offset[1] * batch
-
-    def _curve(self, batch: int) -> float:
-        x, y = self._batches, self._values
-        if len(x) == 1:
-            return self.intercept + self.slope * batch
-        i = bisect_left(x, float(batch))
-        if i < len(x) and x[i] == batch:
-            return y[i]
-        if i >= len(x):  # past the grid: the last segment's slope
-            slope = max(0.0, (y[-1] - y[-2]) / (x[-1] - x[-2]))
-            return y[-1] + slope * (batch - x[-1])
-        return y[i - 1] + (y[i] - y[i - 1]) * (batch - x[i - 1]) / (x[i] - x[i - 1])
-
-
-def _layer_curves(cost: prof.LayerCost) -> tuple[BatchCurve, BatchCurve]:
-    """A layer's decode base and per-context-token cost as functions of batch size."""
-    grid = cost.decode_grid
-    base = BatchCurve(cost.decode_base_s, cost.decode_per_seq_s, [(p.batch, p.base_s) for p in grid])
-    per_context = BatchCurve(cost.decode_per_context_token_s, 0.0, [(p.batch, p.per_context_token_s) for p in grid])
-    return base, per_context
-
-
-def _excess(cpu: float, gpu: float) -> float:
-    return max(0.0, cpu - gpu)
-
-
-def _raised(cpu: prof.LayerCost, gpu: prof.LayerCost) -> prof.LayerCost:
-    """``cpu`` with each coefficient raised to at least the GPU's (decode grids are raised by ``BatchCurve.raised``)."""
-    fields = ("decode_base_s", "decode_per_seq_s", "decode_per_context_token_s", "prefill_base_s",
-              "prefill_per_token_s", "prefill_per_token_sq_s")
-    return cpu.model_copy(update={name: max(getattr(cpu, name), getattr(gpu, name)) for name in fields})
-
-
-class _PrefillLayer:
-    """A layer's prefill cost ``base + per_token * P + per_token_sq * (P^2 + 2PC)``, as plain floats."""
-
-    def __init__(self, cost: prof.LayerCost):
-        self.base_s: float = cost.prefill_base_s
-        self.per_token_s: float = cost.prefill_per_token_s
-        self.per_token_sq_s: float = cost.prefill_per_token_sq_s
-
-    def seconds(self, tokens: float, quadratic: float) -> float:
-        return self.base_s + self.per_token_s * tokens + self.per_token_sq_s * quadratic
-
-
-def estimate_layer_cost(spec: ModelSpec, dtype: str, bandwidth: float, flops: float, launch_s: float, note: str) -> prof.LayerCost:
-    """Roofline per-layer cost: weights stream once per step, FLOPs scale with tokens."""
-    weight_read_s = spec.layer_weight_bytes(dtype) / bandwidth
-    return prof.LayerCost(
-        source="estimated",
-        note=note,
-        decode_base_s=weight_read_s + launch_s,
-        decode_per_seq_s=2 * spec.active_layer_params / flops,
-        decode_per_context_token_s=spec.kv_bytes_per_token_per_layer(default_kv_dtype(dtype)) / bandwidth,
-        prefill_base_s=weight_read_s + launch_s,
-        prefill_per_token_s=2 * spec.active_layer_params / flops,
-        prefill_per_token_sq_s=2 * spec.num_heads * spec.head_dim / flops,
-    )
-
-
-def _gpu_figures(profile: prof.Profile) -> tuple[float, float]:
-    gpu = profile.hardware.gpu
-    return gpu.memory_bandwidth_bytes_per_s or 1.0e12, gpu.bf16_flops_per_s or 1.0e14
-
-
-def _cpu_figures(profile: prof.Profile) -> tuple[float, float]:
-    cpu = profile.hardware.cpu
-    return cpu.memory_bandwidth_bytes_per_s or 5.0e10, cpu.flops_per_s or 1.0e12
 
 
 class ModelCosts:
@@ -167,8 +75,8 @@ class ModelCosts:
             entry = None
         self.entry = entry
         launch = profile.gpu_launch_overhead_s
-        gpu_bw, gpu_flops = _gpu_figures(profile)
-        cpu_bw, cpu_flops = _cpu_figures(profile)
+        gpu_bw, gpu_flops = gpu_figures(profile)
+        cpu_bw, cpu_flops = cpu_figures(profile)
         self.gpu = entry.gpu if entry else estimate_layer_cost(spec, dtype, gpu_bw, gpu_flops, launch, ROOFLINE_NOTE)
         cpu = (entry.cpu if entry and entry.cpu else
                estimate_layer_cost(spec, dtype, cpu_bw, cpu_flops, 0.0, ROOFLINE_NOTE))
@@ -178,20 +86,20 @@ class ModelCosts:
         head_cpu = (BatchCurve(entry.head_cpu_s, entry.head_cpu_per_seq_s, [(p.batch, p.seconds) for p in entry.head_cpu_grid])
                     if entry and entry.cpu else BatchCurve(head_bytes / cpu_bw, 0.0, []))
         self.boundary_s = entry.boundary_s if entry else 0.0
-        self.gpu_decode = _layer_curves(self.gpu)
+        self.gpu_decode = layer_curves(self.gpu)
         if entry is not None and entry.cpu is not None and entry.cpu.source == "measured":
-            self.cpu, self.cpu_decode = cpu, _layer_curves(cpu)
+            self.cpu, self.cpu_decode = cpu, layer_curves(cpu)
         else:
             # Unmeasured (estimated or derived) CPU costs: the GPU's curves plus the CPU's excess over them, term
             # by term, so a layer (and each sequence and context token in it) never costs less on the CPU; with
             # every layer there, the head there costs at least the GPU's head plus the hand-off it saves.
-            self.cpu = _raised(cpu, self.gpu)
+            self.cpu = cpu_raised_to_gpu(cpu, self.gpu)
             g, c = self.gpu, cpu
             base, context = self.gpu_decode
-            self.cpu_decode = (base.raised(_excess(c.decode_base_s, g.decode_base_s), _excess(c.decode_per_seq_s, g.decode_per_seq_s)),
-                               context.raised(_excess(c.decode_per_context_token_s, g.decode_per_context_token_s), 0.0))
-            head_cpu = head_gpu.raised(self.boundary_s + _excess(head_cpu.intercept, head_gpu.intercept + self.boundary_s),
-                                       _excess(head_cpu.slope, head_gpu.slope))
+            self.cpu_decode = (base.raised(excess(c.decode_base_s, g.decode_base_s), excess(c.decode_per_seq_s, g.decode_per_seq_s)),
+                               context.raised(excess(c.decode_per_context_token_s, g.decode_per_context_token_s), 0.0))
+            head_cpu = head_gpu.raised(self.boundary_s + excess(head_cpu.intercept, head_gpu.intercept + self.boundary_s),
+                                       excess(head_cpu.slope, head_gpu.slope))
         self.head_gpu, self.head_cpu = head_gpu, head_cpu
         self.head_gpu_s, self.head_cpu_s = head_gpu.at(0), head_cpu.at(0)
         self.head_gpu_per_seq_s = head_gpu.slope
@@ -219,8 +127,8 @@ class ModelCosts:
         self._weight_bytes: int = spec.weight_bytes(dtype)
         self._layer_weight_bytes: float = spec.layer_weight_bytes(dtype)
         self._init_parallel(profile, spec, dtype, tensor_parallel, pipeline_parallel, stages_cross_nodes)
-        self._gpu_prefill = _PrefillLayer(self.gpu)
-        self._cpu_prefill = _PrefillLayer(self.cpu)
+        self._gpu_prefill = PrefillLayer(self.gpu)
+        self._cpu_prefill = PrefillLayer(self.cpu)
 
     def _init_parallel(self, profile: prof.Profile, spec: ModelSpec, dtype: str, tensor_parallel: int,
                        pipeline_parallel: int, stages_cross_nodes: bool) -> None:

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.catalogue import catalogue, get_model
-from sim.costs import BatchCurve, ModelCosts
+from sim.costs import ModelCosts
+from sim.layer_costs import BatchCurve
 from sim.profile import builtin_profile_names, load_profile, parse_profile
 
 LAYER = {"source": "measured", "decode_base_s": 1e-3, "decode_per_seq_s": 1e-4, "decode_per_context_token_s": 1e-7,
