@@ -127,6 +127,7 @@ def _book_weights(engine: Engine, costs, gpu_share: float, spans: list[Gpu], fro
 
 def _finish_load(engine: Engine, instance: Instance, seconds: float,
                  prefixes: list[tuple[int, int, int]]) -> Generator[simpy.Event, None, None]:
+    started_s = engine.env.now
     yield engine.env.timeout(seconds)
     if instance.status != "loading" and instance.status != "starting":
         return  # unloaded before its weights were in
@@ -144,7 +145,8 @@ def _finish_load(engine: Engine, instance: Instance, seconds: float,
     # paused after the load began (a policy moved it here) pays only the part of its pause not yet explained.
     for request in (*instance.waiting, *instance.swapped):
         if _paused(request):
-            charged = min(seconds, max(0.0, now - request.preempted_at_s - request.pause_charged))
+            charged = (seconds if request.preempted_at_s <= started_s
+                       else min(seconds, max(0.0, now - request.preempted_at_s - request.pause_charged)))
             request.add_loss("reload", charged)
             request.pause_charged += charged
     instance.gpu.kick()
