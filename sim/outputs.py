@@ -24,7 +24,7 @@ def _nearest_existing(path: Path) -> Path:
             _check_link(path)  # a link that loops is there but leads nowhere: OSError, not a folder to make under
             if path.exists():
                 break
-            path = Path(os.path.realpath(path))  # a link to nothing yet: what gets made is what it names
+            path = Path(os.path.realpath(path))  # a file's link to nothing yet: what gets made is what it names
         else:
             path = path.parent
     return path
@@ -47,13 +47,18 @@ def written_through(path: Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
+def cannot_write(error: OSError, path: Path | str) -> MmsimError:
+    """The one-line error for an output path the system refuses (a name too long, a link that loops)."""
+    return MmsimError(f"cannot write there ({error.strerror or error})", source=str(path))
+
+
 def check_output_dir(path: Path) -> Path:
     """A folder that can be created (or exists) and written to, checked before any work starts."""
     path = Path(path)
     try:
         return _check_output_dir(path)
     except OSError as error:  # a name too long, a symbolic link that loops: found before the run, not after it
-        raise MmsimError(f"cannot write there ({error.strerror or error})", source=str(path)) from None
+        raise cannot_write(error, path) from None
 
 
 def _check_link(path: Path) -> None:
@@ -65,8 +70,28 @@ def _check_link(path: Path) -> None:
             pass
 
 
+def _check_broken_links(path: Path, *, itself: bool) -> None:
+    """Refuse a symbolic link to nothing where a folder has to be (``path`` itself if ``itself``, and every folder
+    above it): the folder it names would have to be made first, and every command's ``mkdir`` fails on the link
+    (FileExistsError, after the run). A link to a missing folder is most often one to a disk not mounted or a
+    folder since removed: making that folder afresh would write where the user did not mean to."""
+    parts = Path(path).parts  # as given: the system follows a link before a ``..`` after it
+    for end in range(1, len(parts) + (1 if itself else 0)):
+        folder = Path(*parts[:end])
+        if not os.path.lexists(folder):
+            return  # nothing below a missing name exists
+        if os.path.islink(folder):
+            try:
+                os.stat(folder)  # a link that loops (or leads through a file) raises its own OSError
+            except FileNotFoundError:
+                raise MmsimError(f"{folder} is a symbolic link to {os.readlink(folder)}, which does not exist; "
+                                 "create the folder it names, or give a path without a broken link",
+                                 source=str(path)) from None
+
+
 def _check_output_dir(path: Path) -> Path:
     _check_link(path)
+    _check_broken_links(path, itself=True)
     if path.exists() and not path.is_dir():
         raise MmsimError("exists and is not a folder; give a folder for the results", source=str(path))
     _check_new_names(path)
@@ -83,11 +108,12 @@ def check_output_file(path: Path) -> Path:
     try:
         return _check_output_file(path)
     except OSError as error:
-        raise MmsimError(f"cannot write there ({error.strerror or error})", source=str(path)) from None
+        raise cannot_write(error, path) from None
 
 
 def _check_output_file(path: Path) -> Path:
     _check_link(path)
+    _check_broken_links(path, itself=False)  # the file itself may be a link to a file to create
     if path.is_dir():
         raise MmsimError("is a folder; give a file name", source=str(path))
     if path.exists() and not path.is_file():
@@ -97,6 +123,8 @@ def _check_output_file(path: Path) -> Path:
         raise MmsimError(f"the output folder {parent} is not a folder", source=str(path))
     _check_new_names(path)
     check_output_dir(parent)
+    if path.is_symlink():  # what is written is the file the link names, in that file's folder
+        check_output_dir(written_through(path).parent)
     return path
 
 

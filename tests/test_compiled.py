@@ -23,7 +23,7 @@ import pytest
 
 from sim.scenario import parse_scenario, read_yaml
 from sim.simulation import simulate
-from sim.sweep.spec import set_path
+from sim.sweep.axis_paths import set_path
 from sim.workload.chunk import RequestChunk
 
 ROOT = Path(__file__).resolve().parents[1]

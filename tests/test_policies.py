@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from sim.policies.registry import policy_descriptions
 from sim.scenario import load_scenario, parse_scenario, read_yaml
 from sim.simulation import simulate
-from sim.sweep.spec import set_path
+from sim.sweep.axis_paths import set_path
 
 from conftest import assert_same_times
 

@@ -137,10 +137,16 @@ def trace_merge(
 
 def check_not_an_input(target: Path, sources: list[Path], message: str) -> None:
     """Refuse a trace to write that is one of the command's inputs (also through a link, a hard link or another
-    spelling of its path): the output is opened for writing while the input is still being read."""
-    for path in sources:
-        if target.exists() and target.samefile(path):
-            raise MmsimError(message, source=str(target))
+    spelling of its path): the output is opened for writing while the input is still being read. A path the
+    system refuses to look at (a name over 255 bytes, a link that loops) is the output check's one line."""
+    from sim.outputs import cannot_write
+
+    try:
+        same = target.exists() and any(target.samefile(path) for path in sources)
+    except OSError as error:
+        raise cannot_write(error, target) from None
+    if same:
+        raise MmsimError(message, source=str(target))
 
 
 def check_output_target(target: Path) -> None:

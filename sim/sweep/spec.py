@@ -4,7 +4,10 @@ An axis is a dotted path into the scenario (``policy.name``, ``seed``,
 ``workload.generator.arrivals.rate_per_s``, ``slo.default.ttft_s``...) or one
 of the convenience axes: ``load`` (multiplies the arrival rate by dividing
 ``workload.time_scale``) and ``gpus`` (total GPU count, laid out as nodes ×
-GPUs per node). ``autoscaler.name`` drops the base's ``autoscaler.params`` when it names another
+GPUs per node). A key that holds dots (a model ``qwen2.5-3b``, a class ``gold.v2``) may be written in double
+quotes, ``slo."qwen2.5-3b".ttft_s``, or as it is: unquoted, dots that fall inside a key the base scenario has
+(longest first), or inside a mapping's key followed by a field the schema knows, are read as part of the key
+(:func:`axis_keys`). ``autoscaler.name`` drops the base's ``autoscaler.params`` when it names another
 autoscaler, as ``mmsim run --autoscaler`` does; a pool is ``cluster.pools.N.FIELD``.
 """
 
@@ -16,7 +19,6 @@ import itertools
 import json
 import math
 import re
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +26,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.errors import MmsimError, validate_mapping
+from sim.sweep.axis_paths import CONVENIENCE_AXES, axis_keys, axis_tokens, set_path, spell
+from sim.files import cut
 from sim.runner import check_run_size
-from sim.scenario import Scenario, parse_scenario, read_yaml
+from sim.scenario import parse_scenario, read_yaml
 
-CONVENIENCE_AXES = ("load", "gpus")
+"""Most keys an axis path may have (MAX_DEPTH of a data file: no field is deeper)."""
 MAX_RUNS = 100_000
 """Most runs one sweep may expand to: every combination is validated before the first run (about a quarter of a
 millisecond each), so a grid of millions would sit for minutes before reporting anything."""
@@ -55,6 +59,12 @@ class SweepSpec(BaseModel):
                 raise ValueError(f"axis {path!r} needs positive finite numbers (at most 1e6)")
             if path == "gpus" and not all(float(v).is_integer() for v in values):
                 raise ValueError(f"axis 'gpus' needs whole numbers of GPUs, not {next(v for v in values if not float(v).is_integer())}")
+        for path in axes:
+            if path not in CONVENIENCE_AXES:
+                try:
+                    axis_tokens(path)  # a quote left open or an empty key: named before the base is read
+                except MmsimError as error:
+                    raise ValueError(error.args[0]) from None
         _no_two_axes_set_one_field(list(axes))
         runs = math.prod(len(values) for values in axes.values())
         if runs > MAX_RUNS:
@@ -67,16 +77,22 @@ CONVENIENCE_FIELDS = {"load": ("workload.time_scale",), "gpus": ("cluster.nodes"
 """The scenario fields each convenience axis sets."""
 
 
-def _no_two_axes_set_one_field(paths: list[str]) -> None:
+def _no_two_axes_set_one_field(paths: list[str], keys: dict[str, tuple[str, ...]] | None = None) -> None:
     """Refuse two axes that set the same field (``load`` and ``workload.time_scale``; ``gpus`` and
-    ``cluster.nodes``; a field and one inside it): the later one won, and the index named the other's value."""
-    fields = [(path, CONVENIENCE_FIELDS.get(path, (path,))) for path in paths]
+    ``cluster.nodes``; a field and one inside it): the later one won, and the index named the other's value.
+    ``keys`` are the paths as read against the base (:func:`axis_keys`); without it each dot splits."""
+    def fields_of(path: str) -> list[tuple[str, ...]]:
+        if path in CONVENIENCE_FIELDS:
+            return [tuple(field.split(".")) for field in CONVENIENCE_FIELDS[path]]
+        return [keys[path] if keys is not None else tuple(text for text, _ in axis_tokens(path))]
+
+    fields = [(path, fields_of(path)) for path in paths]
     for i, (first, first_fields) in enumerate(fields):
         for second, second_fields in fields[i + 1:]:
             for a in first_fields:
                 for b in second_fields:
-                    if a == b or a.startswith(b + ".") or b.startswith(a + "."):
-                        raise ValueError(f"axes {first!r} and {second!r} both set {min(a, b, key=len)}; "
+                    if a[:len(b)] == b or b[:len(a)] == a:
+                        raise ValueError(f"axes {first!r} and {second!r} both set {spell(min(a, b, key=len))}; "
                                          "keep one of them")
 
 
@@ -136,67 +152,6 @@ def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
                      source=str(sweep_path), field="base")
 
 
-def _models_of(annotation) -> list:
-    """The pydantic models a field may hold (through Optional, unions, lists, Annotated); 'dict' for mappings."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Annotated, list):
-        return _models_of(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [m for a in typing.get_args(annotation) for m in _models_of(a)]
-    if origin is dict or annotation is dict:
-        return ["dict"]
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return []
-
-
-def known_path(path: str, data: dict) -> bool:
-    """Whether ``path`` names a field of the base scenario, or an optional field the schema knows."""
-    node: object = data
-    parts = path.split(".")
-    for depth, part in enumerate(parts):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-            continue
-        if isinstance(node, list):  # an axis can set an item of a list, not add one
-            if not (part.isdigit() and int(part) < len(node)):
-                return False
-            node = node[int(part)]
-            continue
-        return _schema_has(parts)
-    return True
-
-
-def _schema_has(parts: list[str], model: type[BaseModel] | str = Scenario) -> bool:
-    """Whether the schema, from ``model`` down, has the field path ``parts`` (any member of a union will do)."""
-    if not parts or model == "dict":
-        return True
-    part, rest = parts[0], parts[1:]
-    if part.isdigit():  # an item of a list field: the same model describes it
-        return _schema_has(rest, model)
-    if not isinstance(model, type) or part not in model.model_fields:
-        return False
-    inner = _models_of(model.model_fields[part].annotation)
-    return not rest if not inner else any(_schema_has(rest, m) for m in inner)
-
-
-def set_path(data: dict, path: str, value) -> None:
-    """Set a dotted path in a scenario dict, creating missing mappings on the way."""
-    parts = path.split(".")
-    node = data
-    for part in parts[:-1]:
-        if isinstance(node, list):
-            node = node[int(part)]
-            continue
-        if not isinstance(node.get(part), (dict, list)):
-            node[part] = {}
-        node = node[part]
-    if isinstance(node, list):
-        node[int(parts[-1])] = value
-    else:
-        node[parts[-1]] = value
-
-
 def gpu_layout(total: int, max_per_node: int) -> tuple[int, int] | None:
     """(nodes, GPUs per node) for ``total`` GPUs on the fewest nodes, or None if it does not split evenly."""
     nodes = math.ceil(total / max_per_node)
@@ -211,12 +166,15 @@ def gpus_per_node_of(data: dict, base_dir: Path) -> int:
     return int(given) if given else load_profile(data.get("profile", "paper-rtx5000"), base_dir).hardware.gpu.gpus_per_node
 
 
-def apply_axis(data: dict, path: str, value, base_dir: Path) -> None:
-    """Apply one axis value to a scenario dict (convenience axes included)."""
+def apply_axis(data: dict, path: str, value, base_dir: Path, keys: tuple[str, ...] | None = None) -> None:
+    """Apply one axis value to a scenario dict (convenience axes included); ``keys``: the path as
+    :func:`axis_keys` reads it (else it is read against ``data``)."""
+    if path not in CONVENIENCE_AXES and keys is None:
+        keys = axis_keys(path, data)
     if path == "load":
         workload = data.setdefault("workload", {})
         workload["time_scale"] = float(workload.get("time_scale", 1.0)) / float(value)
-    elif path == "autoscaler.name":
+    elif keys == ("autoscaler", "name"):
         section = data.setdefault("autoscaler", {})
         if section.get("name", "none") != value:
             section.pop("params", None)  # another autoscaler's parameters would be unknown to it
@@ -232,13 +190,17 @@ def apply_axis(data: dict, path: str, value, base_dir: Path) -> None:
         cluster = data.setdefault("cluster", {})
         cluster["nodes"], cluster["gpus_per_node"] = layout
     else:
-        set_path(data, path, copy.deepcopy(value))
+        set_path(data, keys or path, copy.deepcopy(value))
 
 
-def apply_axes(data: dict, axes: dict, base_dir: Path) -> None:
-    """Apply every axis value; ``autoscaler.name`` first, so that an ``autoscaler.params...`` axis outlives it."""
-    for path in sorted(axes, key=lambda p: p != "autoscaler.name"):
-        apply_axis(data, path, axes[path], base_dir)
+def apply_axes(data: dict, axes: dict, base_dir: Path, keys: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Apply every axis value; ``autoscaler.name`` first, so that an ``autoscaler.params...`` axis outlives it.
+    Every path is read (:func:`axis_keys`) against ``data`` as it was before any of them is applied, unless
+    ``keys`` gives them so read."""
+    if keys is None:
+        keys = {path: axis_keys(path, data) for path in axes if path not in CONVENIENCE_AXES}
+    for path in sorted(axes, key=lambda p: keys.get(p) != ("autoscaler", "name")):
+        apply_axis(data, path, axes[path], base_dir, keys.get(path))
 
 
 def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
@@ -248,11 +210,20 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
     base_data = read_yaml(base_path, "base scenario")
     parse_scenario(base_data, str(base_path), base_path.parent)
     assert isinstance(base_data, dict)  # parse_scenario accepts nothing else
+    keys = {}
     for path in spec.axes:
-        if path not in CONVENIENCE_AXES and not known_path(path, base_data):
-            raise MmsimError(f"axis {path!r} is not a field of the base scenario {base_path.name} "
-                             f"(convenience axes: {', '.join(CONVENIENCE_AXES)}; an item of a list, such as models.N, must be in "
-                             "the base)", source=str(sweep_path), field=f"axes.{path}")
+        if path in CONVENIENCE_AXES:
+            continue
+        try:
+            keys[path] = axis_keys(path, base_data)
+        except MmsimError as error:
+            raise MmsimError(f"axis {cut(path)!r} is not a field of the base scenario {base_path.name}: "
+                             f"{error.args[0]} (convenience axes: {', '.join(CONVENIENCE_AXES)})",
+                             source=str(sweep_path), field=f"axes.{cut(path)}") from None
+    try:
+        _no_two_axes_set_one_field(list(spec.axes), keys)  # two spellings of one key
+    except ValueError as error:
+        raise MmsimError(str(error), source=str(sweep_path), field="axes") from None
     names = list(spec.axes)
     tasks = []
     for combination in itertools.product(*(spec.axes[n] for n in names)):
@@ -261,7 +232,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
         data = copy.deepcopy(base_data)
         source = f"{sweep_path} run {identifier}"
         try:
-            apply_axes(data, axes, base_path.parent)
+            apply_axes(data, axes, base_path.parent, keys)
         except MmsimError as error:
             raise MmsimError(str(error), source=source) from None
         scenario = parse_scenario(data, source, base_path.parent)
