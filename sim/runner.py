@@ -23,6 +23,7 @@ from sim.outputs import check_output_dir, disk_error, written_through
 from sim.progress_bar import progress_bar
 from sim.results import write_run
 from sim.scenario import Scenario, load_scenario
+from sim.schema import with_defaults
 from sim.simulation import RunResult, simulate
 
 RUN_FILES = {"summary.json", "requests.parquet", "events.parquet", "timeseries.parquet", "scenario.json", "error.txt"}
@@ -101,7 +102,10 @@ def holds_same_run(out_dir: Path, scenario_data: dict | None) -> bool:
         recorded = json.loads((out_dir / "scenario.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    return bool(recorded == json.loads(json.dumps(scenario_data, default=str)))
+    if not isinstance(recorded, dict):
+        return False
+    # An older mmsim recorded no field it did not have yet: those ran as their defaults, as this one records them.
+    return bool(with_defaults(recorded) == with_defaults(json.loads(json.dumps(scenario_data, default=str))))
 
 
 def write_run_folder(result: RunResult, out_dir: Path, scenario_data: dict | None = None) -> Path:

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from sim.errors import MmsimError
-from sim.reports.comparable import first_difference, with_defaults
+from sim.reports.comparable import first_difference
+from sim.schema import with_defaults
 from sim.scenario import load_scenario
 from sim.sweep.axis_paths import axis_keys
 from sim.sweep.spec import expand, load_sweep
@@ -63,6 +64,23 @@ def test_a_run_folder_written_before_a_field_existed_compares_with_a_new_one(tmp
     code, text = cli("report", old, new, "--out", tmp_path / "r.html")
     assert code == 0, text
     assert (tmp_path / "r.html").is_file()
+
+
+def test_a_run_folder_written_before_a_field_existed_is_the_same_run_again(tmp_path):
+    """Was: running the same scenario into a folder an older mmsim wrote needed --force (scenario.json lacked
+    slo_classes, so it was taken for another scenario's run), and a sweep could not resume such a folder."""
+    old = _run(tmp_path, "old", 1)
+    _edit_scenario(old, lambda data: [_delete(data, field) for field in OLD_FIELDS])
+    code, text = cli("run", tmp_path / "s.yaml", "--seed", 1, "--out", old)
+    assert code == 0, text
+    refused(["run", tmp_path / "s.yaml", "--seed", 2, "--out", old], "--force")  # another run's folder still is
+
+
+def test_calibrate_refuses_an_out_name_the_system_refuses_before_measuring(tmp_path):
+    """Was: an OSError traceback (and under a new folder, after the measuring)."""
+    for out in (tmp_path / f"{LONG}.json", tmp_path / "new" / f"{LONG}.json"):
+        refused(["calibrate", "--device", "cpu", "--quick", "--out", out], "cannot write there (File name too long")
+        assert not (tmp_path / "new").exists()
 
 
 def test_a_real_difference_is_still_refused_and_an_absent_field_named_as_such(tmp_path):

@@ -142,11 +142,9 @@ def interconnect(
 
 def _check_outputs(out: Path, workdir: Path | None) -> Path:
     """Before minutes of measuring: the profile's folder and the scratch folder must be writable (one line, exit 2)."""
-    from sim.outputs import check_output_dir
+    from sim.outputs import check_output_dir, check_output_file
 
-    if out.is_dir():
-        raise MmsimError("is a folder; give the profile's file name", source=str(out))
-    check_output_dir(out.parent if str(out.parent) else Path("."))
+    check_output_file(out)  # a folder, or a name the file system refuses: before the measuring, not after it
     if workdir is not None:
         check_output_dir(workdir)
     return out

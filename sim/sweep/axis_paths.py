@@ -4,7 +4,6 @@ makes it unambiguous), and how a value is set there."""
 
 from __future__ import annotations
 
-import types
 import typing
 
 from pydantic import BaseModel
@@ -12,6 +11,7 @@ from pydantic import BaseModel
 from sim.errors import MmsimError
 from sim.files import cut
 from sim.scenario import Scenario
+from sim.schema import members
 
 CONVENIENCE_AXES = ("load", "gpus")
 MAX_AXIS_KEYS = 64
@@ -70,17 +70,14 @@ _MISSING = object()
 
 
 def _members(annotation) -> list:
-    """The types a value of ``annotation`` may have: through Annotated and unions; FREE for Any or an untyped
+    """The types a value of ``annotation`` may have (:func:`sim.schema.members`), FREE for Any or an untyped
     container."""
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return _members(typing.get_args(annotation)[0])
-    if origin in (typing.Union, types.UnionType):
-        return [kind for member in typing.get_args(annotation) for kind in _members(member)]
-    untyped = annotation in (dict, list) or (origin in (dict, list) and not typing.get_args(annotation))
-    if annotation is typing.Any or untyped:
-        return [FREE]
-    return [] if annotation is type(None) else [annotation]
+    found = []
+    for kind in members(annotation):
+        origin = typing.get_origin(kind)
+        untyped = kind in (dict, list) or (origin in (dict, list) and not typing.get_args(kind))
+        found.append(FREE if kind is typing.Any or untyped else kind)
+    return found
 
 
 def _below(kinds: list, key: str) -> list:
