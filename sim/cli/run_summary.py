@@ -24,7 +24,8 @@ DROP_MEANINGS = {
     "not_placed": "the policy never gave the model an instance",
     "not_scheduled": "an instance held it but never ran it before the run ended",
     "exceeds_instance_max_model_len": "prompt + output longer than the KV room of the instance it was given "
-                                      "(a GPU smaller than the largest, or a larger GPU share)",
+                                      "(a GPU smaller than the largest, a larger GPU share, or another model's "
+                                      "weights beside it)",
 }
 LOW_ATTAINMENT = 0.5
 """Below this SLO attainment the run is flagged: the profile or the load cannot serve the scenario."""

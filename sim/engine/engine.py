@@ -80,6 +80,7 @@ class Engine:
         self.hooks_step: bool = "on_step" in hooks
         self.hooks_finish: bool = "on_finish" in hooks
         self.reorders_waiting: bool = policy.reorders_waiting
+        self.placement_kept: bool = policy.keeps_placement  # see Policy.keeps_placement and residents_changed
         self.checks_policy: bool = is_user_code(policy)  # a user's order_waiting is checked (sim.policies.contract)
         # What fast-forward may assume of the waiting queue's order (see sim.policies.base.WAITING_ORDERS):
         order = policy.waiting_order if policy.reorders_waiting else "fcfs"
@@ -241,7 +242,7 @@ class Engine:
             self.pending[request.model].remove(request)
             request.unplaced = False
             self.pending_total -= 1
-        if request.prompt_tokens + request.output_tokens > instance.max_model_len:
+        if instance.exceeds_max_model_len(request):
             self.refuse(request)
             return
         request.instance = instance
@@ -256,6 +257,25 @@ class Engine:
             instance.waiting.append(request)
         if instance.status == "ready" and self._could_start(instance, request):
             instance.gpu.kick()
+
+    def residents_changed(self, gpus: list[Gpu]) -> None:
+        """Instances loaded onto, or gone from, ``gpus``. Under a policy that keeps its placement (their neighbours
+        stay for good), size the max_model_len of every instance there beside them, and refuse the queued requests
+        a new neighbour's weights leave no room for (a running one is refused if it is preempted:
+        :func:`sim.engine.preemption.preempt`). Under one that moves models, such a request waits for its
+        neighbours to leave."""
+        if not self.placement_kept:
+            return
+        for gpu in gpus:
+            refused = False
+            for instance in gpu.instances:
+                instance.size_max_model_len(beside_neighbours=True)
+                for request in [r for r in (*instance.waiting, *instance.swapped) if instance.exceeds_max_model_len(r)]:
+                    instance.release(request)
+                    self.refuse(request)
+                    refused = True
+            if refused:
+                gpu.kick()  # a new head of a queue may start
 
     def refuse(self, request: Request) -> None:
         """Drop ``request``, given to an instance whose KV room can never hold it (its GPU is smaller than the one

@@ -42,7 +42,7 @@ class Instance:
     # The compiled build's instances take no attributes but these; the pure build's must refuse the same (a policy
     # tagging an instance worked in an editable install and failed after ``pip install .``).
     __slots__ = ("uid", "model", "name", "costs", "gpu", "shards", "gpu_share", "config", "status", "weight_bytes",
-                 "resident_bytes", "block_bytes", "max_model_len", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
+                 "resident_bytes", "block_bytes", "deployment_max_model_len", "max_model_len", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
                  "phases", "iteration", "context_tokens", "blocks", "ready_at_s", "last_used_s", "busy_s",
                  "_coefficients", "prefix_cache", "prefix_query_tokens", "prefix_hit_tokens",
                  "policy_preemptions", "owed_transfer_s")
@@ -64,11 +64,9 @@ class Instance:
         # Weights plus the activation peak and non-torch memory (sim.engine.memory) held beside them, never KV.
         self.resident_bytes = self.weight_bytes + reserve_bytes
         self.block_bytes = engine_config.block_size * costs.kv_bytes_per_token if block_bytes is None else block_bytes
-        # vLLM sizes max_model_len per engine, on its own GPU: in a fleet of mixed GPUs (or at another share than
-        # the deployment's) a request within the deployment's limit (``max_model_len``) may still never fit here.
-        capacity = min(shard.capacity_bytes for shard in shards) if shards else gpu.capacity_bytes
-        fits = fitting_tokens(capacity, self.resident_bytes, self.block_bytes, engine_config.block_size)
-        self.max_model_len = fits if max_model_len is None else min(fits, max_model_len)
+        self.deployment_max_model_len = max_model_len
+        self.max_model_len = 0
+        self.size_max_model_len(beside_neighbours=False)
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
         self.running: list[Request] = []
@@ -90,6 +88,24 @@ class Instance:
         # (sim.engine.preemption.apply_policy_preemptions), and the swap-outs they start hold up the next step.
         self.policy_preemptions: list[tuple[Request, str]] = []
         self.owed_transfer_s = 0.0
+
+    def size_max_model_len(self, beside_neighbours: bool) -> None:
+        """Size ``max_model_len`` on the memory this instance's GPUs leave it, as vLLM sizes it per engine, on the
+        smallest of its GPUs: whole, or beside the weights and reserves of the instances resident there with it.
+        In a fleet of mixed GPUs, at another share than the deployment's, or beside a model that stays for good,
+        a request within the deployment's limit may never fit here, and queued it would block the queue."""
+        spans = self.shards or [self.gpu]
+        if beside_neighbours:
+            room = min(shard.capacity_bytes - sum(other.resident_bytes for other in shard.instances if other is not self)
+                       for shard in spans)
+        else:
+            room = min(shard.capacity_bytes for shard in spans)
+        fits = fitting_tokens(room, self.resident_bytes, self.block_bytes, self.config.block_size)
+        limit = self.deployment_max_model_len
+        self.max_model_len = fits if limit is None else min(fits, limit)
+
+    def exceeds_max_model_len(self, request: Request) -> bool:
+        return request.prompt_tokens + request.output_tokens > self.max_model_len
 
     # -- views -----------------------------------------------------------------------------------
     @property

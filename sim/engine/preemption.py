@@ -31,6 +31,10 @@ def preempt(engine: Engine, instance: Instance, request: Request, mode: str, now
     # The blocks freed may be what a co-resident instance, passed over as blocked earlier in the same round of
     # planning, was waiting for: it must be asked again, or the GPU may idle with work it could run.
     instance.gpu.blocked.clear()
+    if engine.placement_kept and instance.status != "draining" and instance.exceeds_max_model_len(request):
+        # Admitted before a neighbour's weights came (they stay for good): queued again, it could never start here.
+        engine.refuse(request)
+        return 0.0
     request.preemptions += 1
     request.preempted_at_s = now
     node = engine.nodes[instance.gpu.node]

@@ -52,6 +52,7 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
         shard.evict_idle_cache()  # other instances' idle cached prefixes counted as free memory: the weights take it
     engine.instances.append(instance)
     engine.instances_by_model[model].append(instance)
+    engine.residents_changed(spans)  # its weights shrink its neighbours' KV room, and so their max_model_len
     node = engine.nodes[gpu.node]
     if cold_start is not None:
         instance.status = "starting"
@@ -229,6 +230,7 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
     engine.instances.remove(instance)
     engine.instances_by_model[instance.model].remove(instance)
     instance.status = "gone"
+    engine.residents_changed(spans)
     for shard in spans:
         shard.kick()
     engine.policy.on_unloaded(instance, engine.view)

@@ -114,6 +114,8 @@ class Policy:
             cls.waiting_order = "own"  # an order of its own, not declared a sort by key
         if own_order and "waiting_leaders" not in vars(cls) and not str(vars(cls).get("__module__")).startswith("sim."):
             cls.waiting_leaders = Policy.waiting_leaders  # type: ignore[method-assign]  # a parent's fit its order only
+        if "keeps_placement" not in vars(cls) and not str(vars(cls).get("__module__")).startswith("sim."):
+            cls.keeps_placement = False  # a parent's promise holds for its own hooks only
         if cls.waiting_order not in WAITING_ORDERS:
             raise TypeError(f"policy {cls.__name__}: waiting_order is {cls.waiting_order!r}; expected one of "
                             + ", ".join(repr(kind) for kind in WAITING_ORDERS))
@@ -126,6 +128,11 @@ class Policy:
     ``WAITING_ORDERS``). A subclass that overrides ``order_waiting`` gets "own" unless it declares another, and the
     default ``waiting_leaders`` unless it defines its own."""
     overridden_hooks: ClassVar[frozenset[str]] = frozenset()
+    keeps_placement: ClassVar[bool] = False
+    """Whether the policy never unloads a model it loaded (static placement): an instance's neighbours then stay
+    for good, so the engine sizes its max_model_len beside them and refuses a request that room cannot hold,
+    instead of queueing it where it could never start. A policy that moves models leaves such a request queued
+    until its neighbours go. A subclass written outside mmsim does not inherit the promise: it declares it."""
 
     def __init__(self, **params: Any) -> None:
         from sim.policies.registry import apply_params  # the registry imports the built-ins, which import this

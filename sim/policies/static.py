@@ -144,6 +144,7 @@ def _pool_ranks(view: ClusterView, gpus: list) -> list[dict[int, int]]:
 class StaticPolicy(Policy):
     name = "static"
     description = "Dedicated GPUs per model, FCFS, no swapping: today's one-pod-per-GPU baseline."
+    keeps_placement = True
 
     def setup(self, view: ClusterView) -> None:
         by_index = {g.index: g for g in view.gpus}
