@@ -190,6 +190,8 @@ def cases(draw):
                                              .map(lambda ids: (ids[0], *ids[1])))),
                          min_size=8 if EMPHASIS == "pressure" else draw(st.sampled_from([1, 4, 8])), max_size=24))
     profile = cluster.pop("profile")
+    if policy["name"] == "offload-aware" or any("gpu_share" in m for m in models):
+        cluster["host_memory_gb"] = 512  # layers kept on the CPU live in host RAM: room for every copy a node holds
     if "mig" not in cluster and (EMPHASIS == "pressure" or draw(st.booleans())):
         cluster["gpu_memory_gb"] = tight_memory_gb(draw, profile, models, rows, engine)
     data = {

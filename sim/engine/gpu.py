@@ -271,6 +271,14 @@ class Gpu(AgendaEntry):
             self._done = None  # a waiter that finds the next step its instance's waits on a new one
             process_now(done)
 
+    def busy_by(self, now: float) -> float:
+        """Busy seconds by ``now``: those of the steps ended, and the running step's so far (a step is credited as it
+        ends, and a long prefill is one step: a sample or a utilisation reading in its middle saw the GPU idle)."""
+        step = self.current
+        if step is None or now <= step.start_s:
+            return self.busy_s
+        return self.busy_s + (now - step.start_s)
+
     def add_busy(self, instance: Instance, elapsed: float) -> None:
         """A step of ``instance`` kept this GPU busy, and every other GPU it spans."""
         self.busy_s += elapsed

@@ -107,6 +107,13 @@ class Instance:
     def exceeds_max_model_len(self, request: Request) -> bool:
         return request.prompt_tokens + request.output_tokens > self.max_model_len
 
+    def busy_by(self, now: float) -> float:
+        """Seconds its steps kept its GPU busy by ``now``, the running one's so far included (see ``Gpu.busy_by``)."""
+        step = self.gpu.current
+        if step is None or step.instance is not self or now <= step.start_s:
+            return self.busy_s
+        return self.busy_s + (now - step.start_s)
+
     # -- views -----------------------------------------------------------------------------------
     @property
     def kv_bytes(self) -> int:

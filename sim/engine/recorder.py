@@ -157,8 +157,9 @@ class Recorder:
         rows = self.samples
         for gpu in gpus:
             gpu.sync()
-            busy = (gpu.busy_s - busy_before_s[gpu.index]) / interval_s
-            busy_before_s[gpu.index] = gpu.busy_s
+            busy_s = gpu.busy_by(now)
+            busy = (busy_s - busy_before_s[gpu.index]) / interval_s
+            busy_before_s[gpu.index] = busy_s
             share = 1.0 if 1.0 < busy else busy  # min(busy, 1.0), as Python's min breaks ties
             for inst in gpu.instances:
                 rows += SAMPLE_ROW(now, gpu.index, self._sample_code(inst.name), len(inst.waiting) + len(inst.swapped),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generator
 
 import simpy
 
+from sim.costs import ModelCosts
 from sim.engine.instance import Instance
 from sim.engine.request import Request
 from sim.parallel import node_load_share
@@ -41,6 +42,9 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
     spans = shards or [gpu]
     if not spans or not engine.nodes[gpu.node].up or not _fits(engine, model, gpu_share, spans, shards):
         return None
+    offloaded = _offloaded_bytes(costs, gpu_share, spans)
+    if any(bytes_ > engine.nodes[node].host_free_bytes() for node, bytes_ in offloaded.items()):
+        return None  # the layers it keeps on the CPU do not fit the host RAM left
     gpu = spans[0]
     env = engine.env
     engine.progress.loaded(engine.model_names[model], env.now)
@@ -52,6 +56,8 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
         shard.evict_idle_cache()  # other instances' idle cached prefixes counted as free memory: the weights take it
     engine.instances.append(instance)
     engine.instances_by_model[model].append(instance)
+    for node_index, bytes_ in offloaded.items():
+        engine.nodes[node_index].offloaded[instance.uid] = bytes_
     engine.residents_changed(spans)  # its weights shrink its neighbours' KV room, and so their max_model_len
     node = engine.nodes[gpu.node]
     if cold_start is not None:
@@ -94,6 +100,15 @@ def _start_cold(engine: Engine, instance: Instance,
         fleet: Any = engine.fleet
         if fleet is not None:
             fleet.instance_ready(instance)
+
+
+def _offloaded_bytes(costs: ModelCosts, gpu_share: float, spans: list[Gpu]) -> dict[int, int]:
+    """Host RAM the layers an instance keeps on the CPU take, by node: each node holds its GPUs' share of them."""
+    cpu_bytes = costs.weight_bytes() - costs.gpu_weight_bytes(gpu_share)
+    if cpu_bytes <= 0:
+        return {}
+    nodes = [shard.node for shard in spans]
+    return {node: cpu_bytes * nodes.count(node) // len(spans) for node in sorted(set(nodes))}
 
 
 def _fits(engine: Engine, model: int, gpu_share: float, spans: list[Gpu], shards: list[Gpu] | None) -> bool:
@@ -230,6 +245,8 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
     engine.instances.remove(instance)
     engine.instances_by_model[instance.model].remove(instance)
     instance.status = "gone"
+    for shard in spans:
+        engine.nodes[shard.node].offloaded.pop(instance.uid, None)
     engine.residents_changed(spans)
     for shard in spans:
         shard.kick()

@@ -29,6 +29,7 @@ class Node:
         self.image_ready_s = 0.0 if up else INF
         self.disk_ready_s: dict[int, float] = {}  # model -> when a cold start's fetch of its weights is on disk
         self.host_kv_bytes = 0
+        self.offloaded: dict[int, int] = {}  # instance uid -> bytes of its layers kept on the CPU, in host RAM
         self.host_weights: dict[int, int] = {}  # model -> bytes of its weights cached in host RAM
         # model -> (prefix-cache idle runs, oldest first, their blocks and bytes) kept in host RAM by an unload
         self.host_prefixes: dict[int, tuple[list[tuple[int, int, int]], int, int]] = {}
@@ -60,8 +61,8 @@ class Node:
         return start + seconds - now
 
     def host_free_bytes(self) -> int:
-        return (self.host_memory_bytes - self.host_kv_bytes - sum(self.host_weights.values())
-                - sum(held for _, _, held in self.host_prefixes.values()))
+        return (self.host_memory_bytes - self.host_kv_bytes - sum(self.offloaded.values())
+                - sum(self.host_weights.values()) - sum(held for _, _, held in self.host_prefixes.values()))
 
     def reserve_host(self, kv_bytes: int) -> bool:
         """Hold swapped KV in host RAM if it fits next to cached weights."""

@@ -218,7 +218,7 @@ class ClusterView:
         return 0 if cache is None else cache.cached_blocks * instance.block_bytes
 
     def host_room_for(self, node: int, nbytes: int) -> bool:
-        """Whether ``node``'s RAM has ``nbytes`` free beside swapped KV, cached weights and prefixes."""
+        """Whether ``node``'s RAM has ``nbytes`` free beside offloaded layers, swapped KV, cached weights and prefixes."""
         return self._engine.nodes[node].host_free_bytes() >= nbytes
 
     def host_cached(self, model: int, node: int) -> bool:
