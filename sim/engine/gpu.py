@@ -275,6 +275,11 @@ class Gpu(AgendaEntry):
         """Busy seconds by ``now``: those of the steps ended, and the running step's so far (a step is credited as it
         ends, and a long prefill is one step: a sample or a utilisation reading in its middle saw the GPU idle)."""
         step = self.current
+        if step is None:
+            for instance in self.instances:
+                if instance.gpu is not self:  # a parallel instance: its first GPU runs the steps, on all of its GPUs
+                    step = instance.gpu.current
+                    break
         if step is None or now <= step.start_s:
             return self.busy_s
         return self.busy_s + (now - step.start_s)
