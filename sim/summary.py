@@ -144,7 +144,7 @@ def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, sc
             "preemptions": preemptions[name],
             **_prefix_cache(engine, name),
         }
-    per_class = _per_slo_class(table, completed, met)
+    per_class, unclassed = _per_slo_class(table, completed, met)
     kinds = events.text("kind")
     return {
         "scenario": scenario.name, "policy": policy, "seed": seed, "mode": mode, "profile": profile.name,
@@ -169,30 +169,75 @@ def summarize(table: RequestTable, samples: ColumnTable, events: ColumnTable, sc
         "per_instance": _per_instance_prefix(engine),
         "per_model": per_model,
         **({"per_slo_class": per_class} if per_class else {}),
+        **({"slo_unclassed": unclassed} if unclassed else {}),  # with per_slo_class, every request's figures
         "fleet": _fleet(engine, events, completed, table),
         "provenance": profile.provenance(),
     }
 
 
-def _per_slo_class(table: RequestTable, completed: np.ndarray, met: np.ndarray) -> dict:
+def _per_slo_class(table: RequestTable, completed: np.ndarray, met: np.ndarray) -> tuple[dict, dict | None]:
     """Each SLO class's requests (by label, in label order): counts, SLO attainment and latency percentiles of its
-    completed ones; empty when no request has a class."""
+    completed ones; then the same figures of the requests without a class (None when every request has one). Both
+    empty (``{}``, None) when no request has a class.
+
+    Every figure comes from one grouping of the requests by class code (a sort), never a scan per class: a trace
+    with a label per request has as many classes as requests."""
     if not table.slo_class_names:
-        return {}
+        return {}, None
     names = table.slo_class_names
-    by_code = rows_by_code(table.column("slo_class"), len(names))
-    # Each label is some recorded request's, so no class is empty.
-    classes = {label: by_code[code] for code, label in sorted(enumerate(names), key=lambda code_label: code_label[1])}
-    figures: dict[str, dict[str, Any]] = {}
-    for label, rows in classes.items():
-        done = completed[rows]
-        figures[label] = {"requests": len(rows), "completed": int(done.sum()), "dropped": int((~done).sum()),
-                          "slo_attainment": float(met[rows].mean())}
+    groups = table.column("slo_class").astype(np.int64)
+    groups += 1  # 0: no class, else the class code + 1
+    count = len(names) + 1
+    requests = np.bincount(groups, minlength=count).tolist()
+    done = np.bincount(groups[completed], minlength=count).tolist()
+    good = np.bincount(groups[met], minlength=count).tolist()
+    # As the mean of the requests' True/False: the share is count / requests, exactly (both below 2**53).
+    figures: list[dict[str, Any]] = [
+        {"requests": n, "completed": d, "dropped": n - d, "slo_attainment": g / n if n else None}
+        for n, d, g in zip(requests, done, good)]
+    completed_groups = groups[completed]
     for name in ("ttft_s", "tpot_s", "e2e_s"):  # one latency column at a time: 10M requests' are 80 MB each
         values = table.column(name)
-        for label, rows in classes.items():
-            figures[label][name] = percentiles(values[rows[completed[rows]]])
-    return figures
+        for group, stat in enumerate(grouped_percentiles(values[completed], completed_groups, count)):
+            figures[group][name] = stat
+    # Each label is some recorded request's, so no class is empty.
+    per_class = {label: figures[code + 1] for code, label in sorted(enumerate(names), key=lambda pair: pair[1])}
+    return per_class, figures[0] if requests[0] else None
+
+
+GROUPED_SIZES = 128
+"""Groups of at most this many values get their means and percentiles from one matrix per group size; numpy gives
+each row of it what :func:`percentiles` gives the row alone, bit for bit (tests/test_slo_classes.py checks it)."""
+
+
+def grouped_percentiles(values: np.ndarray, groups: np.ndarray, count: int) -> list[dict]:
+    """:func:`percentiles` of the values of each group 0..count-1 (``groups`` holds each value's, values in the
+    order a group's figures take them), NaN left out; O(n log n) whatever the number of groups."""
+    present = ~np.isnan(values)
+    order = np.argsort(groups[present], kind="stable")  # each group's values together, in their own order
+    ordered = values[present][order]
+    sizes = np.bincount(groups[present], minlength=count)
+    starts = np.zeros(count, np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    found: list[dict | None] = [None] * count
+    by_size = np.argsort(sizes, kind="stable")  # the groups of each size together, not a scan of them per size
+    distinct, firsts = np.unique(sizes[by_size], return_index=True)
+    for size, first, end in zip(distinct.tolist(), firsts.tolist(), [*firsts[1:].tolist(), count]):
+        members = by_size[first:end]
+        if size == 0:
+            for group in members.tolist():
+                found[group] = {"mean": None, "p50": None, "p90": None, "p99": None}
+            continue
+        if size > GROUPED_SIZES:
+            for group in members.tolist():
+                found[group] = percentiles(ordered[starts[group]:starts[group] + size].copy())
+            continue
+        matrix = ordered[starts[members, None] + np.arange(size)]  # one row per group of this size
+        means = matrix.mean(axis=1).tolist()  # before the percentiles reorder the rows, as percentiles() does
+        p50, p90, p99 = np.percentile(matrix, [50, 90, 99], axis=1, overwrite_input=True).tolist()
+        for group, mean, low, high, top in zip(members.tolist(), means, p50, p90, p99):
+            found[group] = {"mean": mean, "p50": low, "p90": high, "p99": top}
+    return found  # type: ignore[return-value]  # every group was given its figures
 
 
 def _fleet(engine, events: ColumnTable, completed: np.ndarray, table: RequestTable) -> dict | None:

@@ -34,6 +34,8 @@ BACKLOG_SHARE = 0.05
 FOLLOW_UPS = ("swap-aware", "slo-aware", "static")
 PREFIX_TABLE_ROWS = 8
 """More instances than this and their prefix-cache figures stay in summary.json (``per_instance``) only."""
+SLO_CLASS_TABLE_ROWS = 20
+"""More SLO classes than this and the table shows those with the most requests; summary.json has every one."""
 
 
 def _percentiles(stat: dict | None) -> str:
@@ -73,13 +75,15 @@ def summary_table(summary: dict) -> Table:
     """The run's headline figures, one per row, each label saying what the figure means."""
     lost = summary.get("lost_seconds") or {}
     kv = float(lost.get("kv_out", 0.0)) + float(lost.get("kv_in", 0.0))
+    # With SLO classes a request is held to its class's limits (each one the class leaves unset its model's).
+    held = "limit of their SLO class (else their model's)" if summary.get("per_slo_class") else "SLO"
     rows = [
         ("requests: completed / dropped", f"{summary['requests_completed']:,} completed, "
                                           f"{summary['requests_dropped']:,} dropped"),
         ("throughput: output tokens/s, completed req/s",
          f"{summary['throughput_tokens_per_s']:.1f} tok/s, {summary['throughput_requests_per_s']:.3f} req/s"),
-        ("goodput: req/s meeting every SLO", f"{summary['goodput_requests_per_s']:.3f} req/s"),
-        ("SLO attainment: share meeting every SLO (drops are misses)", f"{summary['slo_attainment']:.1%}"),
+        (f"goodput: req/s meeting every {held}", f"{summary['goodput_requests_per_s']:.3f} req/s"),
+        (f"SLO attainment: share meeting every {held} (drops are misses)", f"{summary['slo_attainment']:.1%}"),
         ("time to first token, s: p50 / p90 / p99", _percentiles(summary.get("ttft_s"))),
         ("time per output token, s: p50 / p90 / p99", _percentiles(summary.get("tpot_s"))),
         ("end-to-end latency, s: p50 / p90 / p99", _percentiles(summary.get("e2e_s"))),
@@ -157,19 +161,46 @@ def prefix_table(summary: dict) -> Table | None:
     return table
 
 
+def _class_row(table: Table, label: str, figures: dict) -> None:
+    attainment = figures.get("slo_attainment")
+    table.add_row(label, f"{figures['requests']:,}", f"{figures['completed']:,}",
+                  "–" if attainment is None else f"{attainment:.1%}", _percentiles(figures.get("ttft_s")),
+                  _percentiles(figures.get("e2e_s")))
+
+
+def _met(figures: dict) -> int:
+    """The requests of a class that met their SLO (its attainment is that count over its requests)."""
+    return round((figures.get("slo_attainment") or 0.0) * figures["requests"])
+
+
 def slo_class_table(summary: dict) -> Table | None:
-    """Each SLO class's requests, SLO attainment and latencies, when trace rows carried classes."""
+    """Each SLO class's requests, SLO attainment and latencies, when trace rows carried classes, then the requests
+    without one. Beyond SLO_CLASS_TABLE_ROWS classes, those with the most requests (ties: the worst attainment
+    first, then label order) and a line for the rest: summary.json's per_slo_class has every class."""
     classes = summary.get("per_slo_class") or {}
     if not classes:
         return None
-    table = Table(title="by SLO class (each request held to its class's limits)", title_justify="left")
+    shown, hidden = list(classes.items()), []
+    if len(shown) > SLO_CLASS_TABLE_ROWS:
+        # A stable sort of the classes in label order: equal ones stay in label order.
+        ranked = sorted(shown, key=lambda item: (-item[1]["requests"], item[1].get("slo_attainment") or 0.0))
+        shown, hidden = ranked[:SLO_CLASS_TABLE_ROWS], ranked[SLO_CLASS_TABLE_ROWS:]
+    which = f": the {len(shown)} of {len(classes):,} with the most requests" if hidden else ""
+    table = Table(title=f"by SLO class{which} (each request held to its class's limits, else its model's)",
+                  title_justify="left")
     for name in ("class", "requests", "completed", "SLO attainment", "TTFT p50 / p90 / p99 s", "E2E p50 / p90 / p99 s"):
         table.add_column(name, justify="left" if name == "class" else "right", overflow="fold")
-    for label, figures in classes.items():
-        attainment = figures.get("slo_attainment")
-        table.add_row(escape(label), f"{figures['requests']:,}", f"{figures['completed']:,}",
-                      "–" if attainment is None else f"{attainment:.1%}", _percentiles(figures.get("ttft_s")),
-                      _percentiles(figures.get("e2e_s")))
+    for label, figures in shown:
+        _class_row(table, escape(label), figures)
+    unclassed = summary.get("slo_unclassed")
+    if unclassed:
+        _class_row(table, "[italic](no class)[/]", unclassed)
+    if hidden:
+        requests = sum(figures["requests"] for _, figures in hidden)
+        met = sum(_met(figures) for _, figures in hidden)
+        table.caption = (f"{len(hidden):,} more classes not shown ({requests:,} requests, {met:,} of them meeting "
+                         "their SLO); summary.json's per_slo_class has every class")
+        table.caption_justify = "left"
     return table
 
 

@@ -271,6 +271,20 @@ def trace_stats_cmd(
         return
     rows = [[key, _show(value)] for key, value in summary.items() if not isinstance(value, dict)]
     rows += [[f"share {name}", f"{share:.3f}"] for name, share in summary["models"].items()]
+    classes = summary.get("slo_class_requests") or {}
+    if classes:  # the 10 SLO classes with the most requests (equal counts: label order), then the rest in one row
+        from rich.markup import escape
+
+        ranked = sorted(classes.items(), key=lambda item: -item[1])
+        unclassed = summary["requests"] - sum(classes.values())
+        rows += [[f"slo_class {escape(label)}", f"{counted(count, 'request')} ({count / summary['requests']:.1%})"]
+                 for label, count in ranked[:10]]
+        if len(ranked) > 10:
+            rows.append([f"slo_class: {len(ranked) - 10:,} more classes",
+                         f"{counted(sum(count for _, count in ranked[10:]), 'request')} (--json lists every class)"])
+        if unclassed:
+            rows.append(["slo_class none (empty cell)",
+                         f"{counted(unclassed, 'request')} ({unclassed / summary['requests']:.1%})"])
     for key in ("prompt_tokens", "output_tokens"):
         rows.append([key, ", ".join(f"{name} {_show(value)}" for name, value in summary[key].items())])
     if summary["prefix_reuse"] is not None:

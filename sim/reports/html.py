@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import MmsimError
-from sim.reports import fleet, plots, prefix, timelines
+from sim.reports import fleet, plots, prefix, slo_classes, timelines
 from sim.reports.comparable import check_comparable, check_unique, comparable_groups
 from sim.reports.data import RunData, by_policy, model_names
 from sim.reports.metrics import DROP_THRESHOLD
@@ -69,7 +69,10 @@ def _plots(groups: dict[str, list[RunData]], models: list[str], colours: dict, m
                 f"Share of completed requests at or below each latency ({pooled}); the legend gives the share "
                 "of requests each policy served (dropped ones have no latency). Further left is better."),
         _figure("SLO attainment per model", _wide(plots.slo_per_model(groups, models, colours)),
-                "Share of requests (dropped ones count as misses) meeting every SLO of their model; "
+                "Share of requests (dropped ones count as misses) meeting every limit they are held to: "
+                + ("their SLO class's, each one the class leaves unset (or a class the scenario does not name) their "
+                   "model's (by class: the summary's last table); " if slo_classes.has_classes(groups)
+                   else "their model's SLO; ")
                 + (f"{seeds}; " if several else "") + f"{_interval_caption(groups)}."),
         _figure("Throughput and queue depth over time", _panels(plots.throughput_panels(groups, colours)),
                 f"One panel per policy, same axes: output tokens completed per second (moving average over "
@@ -162,7 +165,8 @@ def _group_html(runs: list[RunData], threshold: float, prefix: str, heading: str
     model_colours = colour_map(models, MODEL_COLOURS)
     bodies = {
         "verdict": f'<p class="verdict">{verdict(groups, threshold)}</p>' + _chips(colours),
-        "summary": summary_tables(groups, models, colours, threshold, prefix) + _table_note(groups, threshold),
+        "summary": summary_tables(groups, models, colours, threshold, prefix) + _table_note(groups, threshold)
+                   + slo_classes.table(groups, colours, prefix),
         "plots": _plots(groups, models, colours, model_colours),
         "reproduce": _reproduce(groups, runs),
     }

@@ -65,7 +65,8 @@ class LengthHistogram:
 
 
 class TraceStats:
-    """Counts, span, rate, burstiness, model shares and length distributions of a request stream."""
+    """Counts, span, rate, burstiness, model shares, requests per SLO class and length distributions of a request
+    stream."""
 
     def __init__(self, prefix_block_tokens: int = 512):
         self.requests = 0
@@ -76,6 +77,7 @@ class TraceStats:
         self.gap_sum_s = 0.0
         self.gap_square_sum_s2 = 0.0
         self.models: Counter[str] = Counter()
+        self.slo_classes: Counter[str] = Counter()  # requests per SLO class label (rows without one: none)
         self.prompt = LengthHistogram()
         self.output = LengthHistogram()
         self.bin_width_s = 1.0
@@ -101,9 +103,17 @@ class TraceStats:
         self.prompt.add(chunk.prompt_tokens)
         self.output.add(chunk.output_tokens)
         self._count_times(chunk.arrival_s, codes, names.tolist())
+        if chunk.slo_class is not None:
+            self._count_classes(chunk.slo_class)
         if chunk.prefix_ids is not None:
             self.has_prefix_ids = True
         self.reuse.add(chunk)
+
+    def _count_classes(self, labels: np.ndarray) -> None:
+        """Add the chunk's SLO class labels (None or empty: no class) to the per-class counts."""
+        codes, names = pd.factorize(labels)  # None: code -1
+        counts = np.bincount(codes[codes >= 0], minlength=len(names))
+        self.slo_classes.update({name: count for name, count in zip(names.tolist(), counts.tolist()) if name})
 
     def _count_times(self, arrival_s: np.ndarray, codes: np.ndarray, names: list[str]) -> None:
         """Add arrivals to the per-model timeline, widening its bins when the span outgrows them."""
@@ -145,6 +155,8 @@ class TraceStats:
             "prompt_tokens": self.prompt.summary(),
             "output_tokens": self.output.summary(),
             "prefix_reuse": self._reuse_summary(),
+            # Only for a trace whose rows have classes: a trace without them summarises as before.
+            **({"slo_class_requests": dict(sorted(self.slo_classes.items()))} if self.slo_classes else {}),
         }
 
     def _reuse_summary(self) -> dict | None:
