@@ -95,7 +95,7 @@ class SloAwarePolicy(SwapAwarePolicy):
         row = self.slo_bounds.get(model)
         if row is None:
             row = self.slo_bounds[model] = []
-        classes = len(view.slo_classes)
+        classes = view.slo_class_count  # not len(view.slo_classes), a copy of every label at every admission
         while len(row) <= classes:  # classes arrive as the trace goes on: each one is looked up once
             row.append(bounds_of(view.slo_for_class(model, len(row) - 1)))
         return row

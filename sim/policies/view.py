@@ -137,6 +137,11 @@ class ClusterView:
         """The SLO class labels of the requests that have arrived so far: ``request.slo_class`` indexes them."""
         return tuple(self._engine.recorder.slo_class_names)
 
+    @property
+    def slo_class_count(self) -> int:
+        """How many SLO class labels have arrived so far (``len(slo_classes)`` without copying them)."""
+        return len(self._engine.recorder.slo_class_names)
+
     def pending(self, model: int) -> tuple[Request, ...]:
         """Requests of ``model`` that no instance holds (waiting for placement)."""
         return tuple(self._engine.pending[model])
