@@ -60,6 +60,8 @@ def _fleet_rows(fleet: dict | None) -> list[tuple[str, str]]:
         rows.append((f"autoscaler {fleet['autoscaler']}: scale-ups / downs, cold starts, nodes added / released",
                      f"{fleet['scale_up']} / {fleet['scale_down']}, {fleet['cold_starts']}, "
                      f"{fleet['nodes_provisioned']} / {fleet['nodes_released']}"))
+        # The GPU busy share above counts every GPU the pools may have, idle while its node is down.
+        rows.append(("GPU busy share of the GPU time billed", f"{fleet.get('busy_share_of_billed', 0.0):.1%}"))
     return rows
 
 
@@ -91,7 +93,8 @@ def summary_table(summary: dict) -> Table:
         ("seconds paused", f"reload {lost.get('reload', 0.0):.1f}, unload {lost.get('unload', 0.0):.1f}, "
                            f"KV {kv:.2f}, recompute {lost.get('recompute', 0.0):.1f}"),
         ("model loads / unloads", f"{summary.get('loads', 0)} / {summary.get('unloads', 0)}"),
-        ("GPU busy share: time the GPUs were computing", f"{summary.get('gpu_busy_share', 0.0):.1%}"),
+        ("GPU busy share: time the GPUs were computing (all the cluster may have)",
+         f"{summary.get('gpu_busy_share', 0.0):.1%}"),
         *_fleet_rows(summary.get("fleet")),
         *_trace_rows(summary.get("trace_rows")),
         ("simulated / wall time", f"{summary.get('simulated_seconds', 0.0):.1f} s / "
