@@ -80,3 +80,18 @@ def test_offloaded_layers_take_host_ram_from_swaps_and_from_another_load(tmp_pat
     # The RAM a swap or a cached copy may take is the node's less the first copy's CPU layers (to the probe's 16 MiB).
     assert HOST_GIB * GIB - on_cpu - 2**24 <= saw["free_bytes"] <= HOST_GIB * GIB - on_cpu
     assert saw["second"] is False  # its CPU layers do not fit what is left
+
+
+def test_cached_weights_give_way_to_the_cpu_layers_of_a_load():
+    """offload.yaml with 24 GiB of host RAM under swap-aware keeping evicted weights on the host: the cache filled the
+    RAM (about 18.7 GiB) and Qwen3-32B, 40% of its layers on the CPU (6.6 GiB), was never loaded again: 34 of its
+    requests dropped as not_placed. A cache gives way; every request is served, as before layers took RAM."""
+    import yaml
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "offload.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["cluster"]["host_memory_gb"] = 24
+    data["policy"] = {"name": "swap-aware", "params": {"keep_weights_on_host": True}}
+    result = simulate(parse_scenario(data, str(path)), base_dir=path.parent)
+    assert result.summary["requests_dropped"] == 0, result.summary["drop_reasons"]

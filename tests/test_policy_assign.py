@@ -20,6 +20,7 @@ from sim.workload.chunk import RequestChunk
 from conftest import assert_same_times, scenario_dict, wall_clock_limit
 
 POLICIES = textwrap.dedent('''
+    from sim.policies.base import Policy
     from sim.policies.static import StaticPolicy
 
 
@@ -45,6 +46,20 @@ POLICIES = textwrap.dedent('''
         def on_step(self, instance, view):
             for request in list(instance.waiting):
                 view.assign(request, instance)
+
+
+    class MigratesOnEvict(Policy):
+        """At t=10 unloads the copy on GPU 0; as the unload starts, loads one on GPU 1 and queues its requests there."""
+        name = "migrates-on-evict"
+
+        def setup(self, view):
+            self.first = view.load(0, view.gpus[0])
+            view.call_at(10.0, lambda v: v.unload(self.first, "recompute"))
+
+        def on_evicted(self, instance, requests, view):
+            other = view.load(0, view.gpus[1])
+            for request in requests:
+                view.assign(request, other)
 
 
     class MovesARunner(StaticPolicy):
@@ -120,3 +135,21 @@ def test_a_request_in_a_batch_cannot_be_assigned(policies):
     assert message.startswith("policy 'moves-a-runner' (MovesARunner) broke the policy contract at t="), message
     assert "its assign was given request " in message and ", which is running on qwen2.5-3b" in message, message
     assert message.endswith("expected a pending, waiting or swapped request (preempt a running one first)"), message
+
+
+def test_an_unload_beside_the_reload_of_a_copy_elsewhere_is_not_charged_twice(policies):
+    """The request waits for the copy on GPU 1 while GPU 0's unload runs: the two overlap, and its reload and unload
+    losses were charged in full (2.71 + 0.26 s against a 2.71 s wait); together they are the wait."""
+    scenario = parse_scenario(scenario_dict(
+        models=[{"name": "qwen2.5-3b"}], engine={"max_num_seqs": 4},
+        cluster={"nodes": 2, "gpus_per_node": 1, "host_memory_gb": 64}), "test")
+    chunks = [RequestChunk(np.array([0.0]), np.array(["qwen2.5-3b"], object), np.array([100]), np.array([2000]))]
+    result = simulate(scenario, policy=f"{policies}:MigratesOnEvict", chunks=chunks)
+    request = result.requests.iloc[0]
+    assert request["status"] == "completed" and request["preemptions"] == 1
+    events = result.events
+    paused_at = events[events["kind"] == "preempt_recompute"]["time_s"].iloc[0]
+    copy = events[(events["kind"] == "load") & (events["gpu"] == 1)].iloc[0]
+    wait_s = copy["time_s"] + copy["duration_s"] - paused_at
+    assert wait_s > 1.0
+    assert request["lost_reload_s"] + request["lost_unload_s"] == pytest.approx(wait_s, rel=1e-9)

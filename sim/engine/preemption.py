@@ -120,8 +120,19 @@ def charge_recompute(engine: Engine, request: Request, now: float) -> None:
     assert instance is not None  # only a prefill running on an instance completes
     cached = request.prefill_start
     seconds = instance.costs.prefill_s(request.prefill_target - cached, instance.gpu_share, context_before=cached)
+    if not math.isnan(request.preempted_at_s):
+        seconds = unexplained(request, seconds, now)
     request.add_loss("recompute", seconds)
     end_pause(request, now, charged=seconds)
+
+
+def unexplained(request: Request, seconds: float, now: float) -> float:
+    """What a cause of ``seconds`` that ends at ``now`` may charge ``request``'s pause: no more than the part of the
+    pause so far that the causes charged already leave unexplained. Causes can overlap (an unload beside the reload
+    of a copy elsewhere, a reload charged twice for a request moved between loading copies), and the losses must
+    never add up to more than the pause. Where the two differ only by rounding the charge is left whole."""
+    left = now - request.preempted_at_s - request.pause_charged
+    return seconds if left >= seconds - 1e-9 * max(1.0, now) else max(0.0, left)
 
 
 def end_pause(request: Request, now: float, charged: float) -> None:

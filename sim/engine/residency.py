@@ -17,6 +17,7 @@ import simpy
 from sim.costs import ModelCosts
 from sim.engine.instance import Instance
 from sim.engine.request import Request
+from sim.engine.preemption import unexplained
 from sim.parallel import node_load_share
 
 if TYPE_CHECKING:  # the engine imports this module
@@ -43,8 +44,8 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
     if not spans or not engine.nodes[gpu.node].up or not _fits(engine, model, gpu_share, spans, shards):
         return None
     offloaded = _offloaded_bytes(costs, gpu_share, spans)
-    if any(bytes_ > engine.nodes[node].host_free_bytes() for node, bytes_ in offloaded.items()):
-        return None  # the layers it keeps on the CPU do not fit the host RAM left
+    if not all(engine.nodes[node].room_for_offload(bytes_, model) for node, bytes_ in offloaded.items()):
+        return None  # the layers it keeps on the CPU do not fit beside the swapped KV in host RAM
     gpu = spans[0]
     env = engine.env
     engine.progress.loaded(engine.model_names[model], env.now)
@@ -143,7 +144,6 @@ def _book_weights(engine: Engine, costs, gpu_share: float, spans: list[Gpu], fro
 
 def _finish_load(engine: Engine, instance: Instance, seconds: float,
                  prefixes: list[tuple[int, int, int]]) -> Generator[simpy.Event, None, None]:
-    started_s = engine.env.now
     yield engine.env.timeout(seconds)
     if instance.status != "loading" and instance.status != "starting":
         return  # unloaded before its weights were in
@@ -158,11 +158,10 @@ def _finish_load(engine: Engine, instance: Instance, seconds: float,
     engine.policy.on_instance_ready(instance, engine.view)
     # Only the paused requests this load brought back (queued here once the policy has routed) pay for it;
     # a paused request still pending, e.g. for another instance of its model, is not charged this reload. One
-    # paused after the load began (a policy moved it here) pays only the part of its pause not yet explained.
+    # paused after the load began, or moved here from another load, pays only what its pause leaves unexplained.
     for request in (*instance.waiting, *instance.swapped):
         if _paused(request):
-            charged = (seconds if request.preempted_at_s <= started_s
-                       else min(seconds, max(0.0, now - request.preempted_at_s - request.pause_charged)))
+            charged = unexplained(request, seconds, now)
             request.add_loss("reload", charged)
             request.pause_charged += charged
     instance.gpu.kick()
@@ -231,8 +230,9 @@ def _drain(engine: Engine, instance: Instance, mode: str, keep_on_host: bool,
     yield env.timeout(transfer_s + unload_s)
     for request in evicted:
         if _paused(request) and request.preempted_at_s == now:
-            request.add_loss("unload", unload_s)
-            request.pause_charged += unload_s
+            charged = unexplained(request, unload_s, env.now)  # it may be loading (or running again) elsewhere
+            request.add_loss("unload", charged)
+            request.pause_charged += charged
     spans = instance.shards or [gpu]
     for shard in spans:
         shard.sync()  # the iterations before now ran beside the weights still resident

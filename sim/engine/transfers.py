@@ -89,5 +89,16 @@ class Node:
         self.host_prefixes[model] = (runs, blocks, prefix_bytes)
         return True
 
+    def room_for_offload(self, nbytes: int, model: int) -> bool:
+        """Make ``nbytes`` of host RAM free for layers a load keeps on the CPU, evicting what is only a cache if it
+        must (kept prefix caches, then other models' cached weights, oldest first, then ``model``'s own); whether
+        they fit. Swapped KV is never evicted: its requests need it back."""
+        for cache in (self.host_prefixes, self.host_weights):
+            for key in sorted(cache, key=lambda held: held == model):  # stable: oldest first, the loading model last
+                if nbytes <= self.host_free_bytes():
+                    return True
+                del cache[key]
+        return nbytes <= self.host_free_bytes()
+
     def release_host(self, kv_bytes: int) -> None:
         self.host_kv_bytes -= kv_bytes
