@@ -120,3 +120,17 @@ def test_a_neighbour_loaded_later_refuses_what_it_leaves_no_room_for(tmp_path, m
     if mode == "exact":
         fast = by_id(simulate(scenario(), policy=f"{path}:EightBLater", chunks=chunks(rows), mode="fast"))
         assert_same_times(fast, frame, label="neighbour loaded later")
+
+
+@pytest.mark.parametrize("rule", ["least-loaded", "round-robin", "prefix-aware"])
+def test_a_request_goes_to_a_replica_that_can_hold_it(rule):
+    """Qwen2.5-3B on GPU 0 beside Qwen3-8B and alone on GPU 1: the 400k prompt was routed by the rule's tie-break to
+    GPU 0 and refused there, while GPU 1 serves it."""
+    data = scenario_dict(
+        models=[{"name": "qwen3-8b", "gpus": [0]}, {"name": "qwen2.5-3b", "gpus": [0, 1]}],
+        cluster={"nodes": 1, "gpus_per_node": 2, "gpu_memory_gb": 32, "host_memory_gb": 256},
+        engine={"max_num_seqs": 16, "gpu_memory_utilization": 0.95}, routing={"rule": rule})
+    rows = [(1.0, "qwen2.5-3b", 400_000, 10), (3.0, "qwen2.5-3b", 100, 20), (4.0, "qwen2.5-3b", 100, 20)]
+    frame = by_id(simulate(parse_scenario(data, "test"), policy="static", chunks=chunks(rows)))
+    assert list(frame["status"]) == ["completed"] * 3
+    assert frame.loc[0, "gpu"] == 1

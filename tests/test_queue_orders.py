@@ -67,7 +67,7 @@ def test_slo_aware_names_every_request_its_sort_may_put_first_from_now_on(seed: 
     slos = random_slos(rng)
     bounds = [bounds_of(slo) for slo in slos]
     now = float(rng.randint(0, 9))
-    view = SimpleNamespace(now=now, slo_classes=("a", "b"), slo_for_class=lambda model, code: slos[code + 1])
+    view = SimpleNamespace(now=now, slo_classes=("a", "b"), slo_class_count=2, slo_for_class=lambda model, code: slos[code + 1])
     leaders = SloAwarePolicy().waiting_leaders(SimpleNamespace(model=0, waiting=queue), view)
     assert {id(r) for r in leaders} <= {id(r) for r in queue} and len({id(r) for r in leaders}) == len(leaders)
     deadlines = sorted({due_in(r, bounds) for r in queue} - {math.inf})

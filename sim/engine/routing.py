@@ -40,6 +40,18 @@ class Router:
         self._turns: dict[int, int] = {}
 
     def pick(self, engine: Engine, request: Request, candidates: list[Instance] | None = None) -> Instance | None:
+        """The instance the rule sends ``request`` to: among those whose max_model_len holds it, when the rule's
+        first choice does not and another does (an instance beside another model, or on a smaller GPU, refuses
+        what a replica elsewhere serves)."""
+        chosen = self._pick(engine, request, candidates)
+        if chosen is not None and chosen.exceeds_max_model_len(request):
+            pool = engine.instances_by_model[request.model] if candidates is None else candidates
+            fitting = [i for i in pool if engine.routable(i) and not i.exceeds_max_model_len(request)]
+            if fitting:
+                return self._pick(engine, request, fitting)
+        return chosen
+
+    def _pick(self, engine: Engine, request: Request, candidates: list[Instance] | None) -> Instance | None:
         if self.rule == "least-loaded":
             return engine.least_loaded(request.model, candidates)
         pool = [i for i in (engine.instances_by_model[request.model] if candidates is None else candidates)
