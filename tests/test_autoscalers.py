@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.fleet.autoscalers import ModelSignals, make_autoscaler
-from sim.fleet.controller import WindowMax
+from sim.fleet.window import WindowMax
 
 from conftest import scenario_dict, wall_clock_limit
 from test_bad_input import cli

@@ -171,7 +171,7 @@ def test_same_seed_same_fleet_and_fast_equals_exact():
     ([(6, 6)], 4, [1]),
 ])
 def test_a_new_instance_takes_queued_requests_until_the_queues_are_even(queues, receiving, expected):
-    from sim.fleet.controller import _shares
+    from sim.fleet.rebalance import _shares
 
     assert _shares(queues, receiving) == expected
 

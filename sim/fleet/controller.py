@@ -12,53 +12,26 @@ pool's ``min_nodes``. Every decision is logged as an event with the signal that 
 
 from __future__ import annotations
 
-from collections import deque
-from operator import attrgetter
 from typing import TYPE_CHECKING, Callable, Generator
 
 import simpy
 
 from sim.engine.stillness import INF, first_on_grid, next_change_s
 from sim.fleet.autoscalers import Autoscaler, ModelSignals, checked_answer, checked_rest
-from sim.fleet.coldstart import expected_start_s, instance_stages
+from sim.fleet.coldstart import DiskTimeline, TransferBooking, expected_start_s, instance_stages
+from sim.fleet.rebalance import share_queues
+from sim.fleet.window import WindowMax
 from sim.files import counted
 from sim.fleet.cost import physical_gpus_per_node
+from sim.parallel import node_load_share
 
 if TYPE_CHECKING:
     from sim.engine.engine import Engine
     from sim.engine.gpu import Gpu
     from sim.engine.instance import Instance
-    from sim.engine.request import Request
     from sim.fleet.hardware import PoolLayout
 
 SERVING = ("ready", "loading", "starting")
-BY_ID = attrgetter("id")
-
-
-class WindowMax:
-    """The highest replica count asked for within the last ``span_s`` seconds: HPA's stabilisation window.
-
-    A monotonic deque: a count stays only while no count asked for later is as high, for a later one outlasts it
-    in the window. The counts kept fall from the oldest to the newest, the oldest is the highest, and each count
-    goes in and out once: O(1) amortised a decision, however many decisions the window spans (a whole-window
-    maximum at every decision made a run quadratic in 1 / ``interval_s``)."""
-
-    def __init__(self, span_s: float, now: float, count: int):
-        self.span_s = span_s
-        self.kept: deque[tuple[float, int]] = deque([(now, count)])
-
-    def push(self, now: float, count: int) -> int:
-        """Take ``count``, asked for at ``now`` (never before the last push); the highest within the window."""
-        kept = self.kept
-        while kept and kept[-1][1] <= count:
-            kept.pop()
-        kept.append((now, count))
-        while kept[0][0] < now - self.span_s:
-            kept.popleft()
-        return kept[0][1]
-
-    def clear(self) -> None:
-        self.kept.clear()
 
 
 class FleetController:
@@ -82,6 +55,7 @@ class FleetController:
         window_s = self.config.scale_down_window_s
         self.wanted = [WindowMax(window_s, 0.0, len(engine.instances_by_model[m])) for m in models]
         self.booked: dict[int, list[int]] = {}  # node being provisioned -> models to start there once it is up
+        self.disks = DiskTimeline()  # when cold starts' GPU transfers hold each node's disk
         self.empty_since: dict[int, float] = {}
         self.peak_nodes = [sum(1 for n in engine.nodes if n.pool == layout.index and n.billed) for layout in layouts]
         self.next_arrival_s: Callable[[], float] = lambda: INF  # the workload's next arrival, set by the run
@@ -137,11 +111,15 @@ class FleetController:
         logged = len(self.engine.recorder.events)
         still = True
         answers = []
-        unserved = self._unserved()
+        unserved: set[int] | None = None
         for model in range(len(self.engine.model_names)):
             signals = self.signals(model, now)
             answer = checked_answer(self.autoscaler, signals, self.autoscaler.desired(signals))
-            wanted, reason = self._bounded(model, signals, now, answer, len(unserved - {model}))
+            # Who waits for a first replica is asked again after each change in this tick: a model decided earlier
+            # may have taken its first replica (and some of the room), or been scaled to zero.
+            if unserved is None:
+                unserved = self._unserved()
+            wanted, reason = self._bounded(model, signals, now, answer, self._sharing(model, unserved - {model}))
             rest = checked_rest(self.autoscaler, signals)
             still = still and not (signals.in_system or signals.arrival_rate_per_s or signals.utilisation) \
                 and rest is not False
@@ -155,6 +133,7 @@ class FleetController:
                     self._scale_up(model, wanted - current, now)
                 else:
                     self._scale_down(model, current - wanted)
+                unserved = None
         self._unload_emptied()
         self._release_idle_nodes(now)
         if answers != self.still_answers:  # an autoscaler that leaves it to us rests once it answers the same
@@ -169,13 +148,46 @@ class FleetController:
         return {model for model, queue in enumerate(engine.pending) if queue and model not in booked
                 and not any(i.status in SERVING and i not in engine.retiring for i in engine.instances_by_model[model])}
 
+    def _sharing(self, model: int, others: set[int]) -> list[int]:
+        """Those of ``others`` that may run in one of ``model``'s pools, in model order."""
+        pools = {layout.index for layout in self.preference[model]}
+        return [other for other in sorted(others) if any(layout.index in pools for layout in self.preference[other])]
+
+    def _room_for(self, model: int, unserved_others: list[int]) -> int:
+        """Instances of ``model`` its pools hold (at ``max_nodes``) beside what the other models hold now and one
+        instance of each model of ``unserved_others``: GPUs under another model's instance (serving or starting,
+        not being retired) or booked for one on a node being provisioned are not ``model``'s to take."""
+        engine, size = self.engine, self._size(model)
+        pools = {layout.index for layout in self.preference[model]}
+        taken: dict[int, set[int]] = {pool: set() for pool in pools}
+        own: set[int] = set()
+        for other, instances in enumerate(engine.instances_by_model):
+            for instance in instances:
+                if instance.status in SERVING and instance not in engine.retiring:
+                    for gpu in instance.shards or [instance.gpu]:
+                        if other == model:
+                            own.add(gpu.index)
+                        elif gpu.pool in pools:
+                            taken[gpu.pool].add(gpu.index)
+        booked = dict.fromkeys(pools, 0)
+        for node_index, models in self.booked.items():
+            pool = engine.nodes[node_index].pool
+            if pool in pools:
+                booked[pool] += sum(self._size(other) for other in models if other != model)
+        free = sum(max(0, layout.config.max_nodes * layout.gpus_per_node - len(taken[layout.index] - own)
+                       - booked[layout.index]) // size for layout in self.preference[model])
+        reserved = sum(self._size(other) for other in unserved_others)
+        return free - -(-reserved // size)  # a reserved GPU of a group takes the whole group from ``model``
+
     def _bounded(self, model: int, signals: ModelSignals, now: float, answer: tuple[int, str],
-                 unserved_others: int = 0) -> tuple[int, str]:
+                 unserved_others: list[int] | None = None) -> tuple[int, str]:
         """The autoscaler's ``answer`` within the scenario's bounds, scale-to-zero and the stabilisation window.
 
-        Where the pools are full, a model leaves one instance's room to each other model that has requests
-        waiting and no replica: a first replica comes before a model's next (without it, one model's scale-up
-        could take every GPU and leave another's requests waiting to the end)."""
+        While other models sharing its pools have requests waiting and no replica (``unserved_others``), a model
+        takes at most what its pools hold beside the other models' instances and one instance of each of those,
+        and at least one: a first replica comes before a model's next (without it, one model's scale-up could
+        take every GPU and leave another's requests waiting to the end). One that holds more is scaled down to
+        it at once, past the window."""
         config = self.config
         wanted, reason = answer
         timeout_s = config.idle_timeout_s(self.engine.model_names[model])
@@ -188,14 +200,20 @@ class FleetController:
         wanted = min(max(wanted, floor), config.max_replicas)
         if wanted > self.capacity[model]:
             wanted, reason = self.capacity[model], reason + f"; capped at the {self.capacity[model]} instances the pools hold"
-        room_left = max(1, self.capacity[model] - unserved_others)
-        making_room = unserved_others > 0 and wanted > room_left
-        if making_room:
-            wanted = room_left
-            reason += f"; room left for the first replica of {counted(unserved_others, 'other model')}"
+        room_left: int | None = None
+        making_room = ""
+        if unserved_others:
+            room_left = max(1, self._room_for(model, unserved_others))
+            making_room = f"; room left for the first replica of {counted(len(unserved_others), 'other model')}"
+        cut = False
+        if room_left is not None and wanted > room_left:
+            cut, wanted, reason = True, room_left, reason + making_room
         held = self.wanted[model].push(now, wanted)
-        if wanted < signals.replicas and held > wanted and not making_room:
-            return min(held, signals.replicas), reason + f"; held by the {config.scale_down_window_s:g} s window"
+        if wanted < signals.replicas and held > wanted:
+            kept = min(held, signals.replicas)
+            if room_left is not None and kept > room_left:  # the window would keep the room: down to it at once
+                return room_left, reason if cut else reason + making_room
+            return kept, reason + f"; held by the {config.scale_down_window_s:g} s window"
         return wanted, reason
 
     def signals(self, model: int, now: float) -> ModelSignals:
@@ -248,11 +266,22 @@ class FleetController:
         return False
 
     def _start_on(self, model: int, gpu: Gpu, now: float) -> bool:
+        """Start an instance at ``gpu``; its GPU transfer waits for the disks of the nodes it spans, each read
+        for its share of the weights as a policy's load reads them (:func:`sim.engine.residency.load`)."""
         engine = self.engine
         layout = self.layouts[gpu.pool]
+        spans = engine.shard_group(model, gpu)
+        shard_nodes = [shard.node for shard in spans] if spans else [gpu.node]
+        disks = [(engine.nodes[node], node_load_share(shard_nodes.count(node), len(shard_nodes), False))
+                 for node in sorted(set(shard_nodes))]
+        transfer = TransferBooking(self.disks, disks, now)
         stages = instance_stages(layout.cold_start, engine.costs_on(model, gpu), engine.nodes[gpu.node], model, now,
-                                 self._size(model))
-        return engine.load(model, gpu, self.gpu_shares[model], cold_start=stages) is not None
+                                 self._size(model), transfer)
+        instance = engine.load(model, gpu, self.gpu_shares[model], cold_start=stages)
+        if instance is None:
+            return False
+        transfer.book(instance.uid)
+        return True
 
     def _book(self, model: int, now: float) -> bool:
         """Book room on a node being provisioned, else provision a new node for the model."""
@@ -329,35 +358,8 @@ class FleetController:
         return expected_start_s(layout.cold_start, costs, new_node=True, gpus_per_instance=self._size(model))
 
     def instance_ready(self, instance: Instance) -> None:
-        """A cold start is over: requests queued at the model's busier instances that have not started move to
-        it, the youngest first, until no queue is longer than the new one's by more than one; it serves them
-        oldest first. This is the gateway's flow control (the inference extension holds what pods cannot take
-        yet); without it the new instance would serve only requests arriving after it is ready."""
-        engine = self.engine
-        donors = [i for i in engine.instances_by_model[instance.model] if i is not instance and i.status == "ready"]
-        for donor in donors:
-            donor.gpu.cut_window()
-        # Never scheduled: it holds no KV blocks and may move. Youngest by arrival (ids follow arrival order), not
-        # by queue position: a policy that reorders its queue does so at each step, so the order at an instant
-        # depends on whether the GPU is fast-forwarding.
-        movable = {donor.uid: [r for r in donor.waiting if r.first_scheduled_s != r.first_scheduled_s] for donor in donors}
-        taking = _shares([(len(d.waiting), len(movable[d.uid])) for d in donors], len(instance.waiting))
-        lengths_after = {d.uid: len(d.waiting) - count for d, count in zip(donors, taking)}
-        moved: list[Request] = []
-        for donor, count in zip(donors, taking):
-            if count:
-                leaving = sorted(movable[donor.uid], key=BY_ID)[-count:]
-                gone = set(map(id, leaving))
-                waiting = donor.waiting
-                while waiting and id(waiting[-1]) in gone and len(waiting) > lengths_after[donor.uid]:
-                    waiting.pop()  # the youngest usually queue last: off the end, without a pass over the rest
-                if len(waiting) > lengths_after[donor.uid]:
-                    donor.waiting = deque(r for r in waiting if id(r) not in gone)
-                moved += leaving
-        for request in sorted(moved, key=BY_ID):
-            engine.assign(request, instance)
-        for donor in donors:
-            donor.gpu.kick()
+        """A cold start is over: the model's queued requests are shared out to it (:func:`share_queues`)."""
+        share_queues(self.engine, instance)
 
     # -- scaling down --------------------------------------------------------------------------------
     def _scale_down(self, model: int, count: int) -> None:
@@ -371,6 +373,8 @@ class FleetController:
         ready = sorted((i for i in live if i.status == "ready"), key=lambda i: (i.num_requests, -i.uid))
         for instance in (starting[::-1] + ready)[:count]:
             engine.retiring.add(instance)
+            if instance.status != "ready":
+                self.disks.cancel(instance.uid, engine.env.now)  # a cancelled start transfers nothing
         self._unload_emptied()
 
     def _unload_emptied(self) -> None:
@@ -408,22 +412,3 @@ class FleetController:
 
     def _settled(self) -> bool:
         return self.engine.settled() and not self.booked
-
-
-def _shares(queues: list[tuple[int, int]], receiving: int) -> list[int]:
-    """How many requests each donor (its queue length, and how many of them may move) gives a receiving queue
-    of ``receiving``: down to a common level T, the highest at which the receiving queue, grown by what the
-    donors above T give (each at most what it may move), is at least T - 1 long. No donor is then more than
-    one longer than the receiving queue unless nothing more of it may move. Found by bisection: O(donors x
-    log(queue length)), however many requests move."""
-    def given(level: int) -> int:
-        return sum(min(movable, max(0, length - level)) for length, movable in queues)
-
-    low, high = 0, max((length for length, _ in queues), default=0)
-    while low < high:
-        level = (low + high + 1) // 2
-        if receiving + given(level) >= level - 1:
-            low = level
-        else:
-            high = level - 1
-    return [min(movable, max(0, length - low)) for length, movable in queues]
