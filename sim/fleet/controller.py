@@ -230,8 +230,8 @@ class FleetController:
                 ready += 1
                 held += instance.blocks
                 room += instance.blocks + instance.free_blocks()
-                busy_s += instance.busy_s - self.busy_seen.get(instance.uid, instance.busy_s)
-            self.busy_seen[instance.uid] = instance.busy_s
+                busy_s += instance.busy_by(now) - self.busy_seen.get(instance.uid, instance.busy_by(now))
+            self.busy_seen[instance.uid] = instance.busy_by(now)  # the step running counted so far: a long prefill
         replicas += sum(models.count(model) for models in self.booked.values())
         arrived = engine.arrivals_by_model[model] - self.arrivals_seen[model]
         self.arrivals_seen[model] = engine.arrivals_by_model[model]
