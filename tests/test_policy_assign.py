@@ -62,6 +62,25 @@ POLICIES = textwrap.dedent('''
                 view.assign(request, other)
 
 
+    class MovesFromATimer(Policy):
+        """Two replicas; at t=8, a timer (mid-step), preempts each of GPU 0's decoding requests and assigns it to
+        GPU 1, as the docs say: preempt it first."""
+        name = "moves-from-a-timer"
+
+        def setup(self, view):
+            self.a = view.load(0, view.gpus[0])
+            self.b = view.load(0, view.gpus[1])
+            view.call_at(8.0, self.move)
+
+        def route(self, request, view):
+            return self.a
+
+        def move(self, view):
+            for request in list(self.a.running):
+                view.preempt(self.a, request, "swap")
+                view.assign(request, self.b)
+
+
     class MovesARunner(StaticPolicy):
         """Assigns a decoding request, never preempted, to the other replica."""
         name = "moves-a-runner"
@@ -153,3 +172,19 @@ def test_an_unload_beside_the_reload_of_a_copy_elsewhere_is_not_charged_twice(po
     wait_s = copy["time_s"] + copy["duration_s"] - paused_at
     assert wait_s > 1.0
     assert request["lost_reload_s"] + request["lost_unload_s"] == pytest.approx(wait_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_a_request_preempted_mid_step_and_assigned_moves_as_the_step_ends(policies, mode):
+    """Was: the assign was refused (the request was still running: its preemption waits for the step's end)."""
+    scenario = parse_scenario(scenario_dict(
+        models=[{"name": "qwen2.5-3b"}], engine={"max_num_seqs": 4},
+        cluster={"nodes": 1, "gpus_per_node": 2, "host_memory_gb": 64}), "test")
+    arrivals = np.array([0.0, 0.5])
+    chunks = [RequestChunk(arrivals, np.array(["qwen2.5-3b"] * 2, object), np.array([100, 200]), np.array([2000, 300]))]
+    result = simulate(scenario, policy=f"{policies}:MovesFromATimer", chunks=chunks, mode=mode)
+    frame = result.requests.set_index("id").sort_index()
+    assert list(frame["status"]) == ["completed"] * 2 and list(frame["gpu"]) == [1, 1]
+    assert list(frame["preemptions"]) == [1, 1]
+    swaps = result.events[result.events["kind"] == "preempt_swap"]
+    assert (swaps["gpu"] == 0).all() and (swaps["time_s"] > 8.0).all()  # at the end of the step running at t=8

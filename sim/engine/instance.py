@@ -45,7 +45,7 @@ class Instance:
                  "resident_bytes", "block_bytes", "deployment_max_model_len", "max_model_len", "waiting", "swapped", "running", "prefilling", "finishing", "_joins",
                  "phases", "iteration", "context_tokens", "blocks", "ready_at_s", "last_used_s", "busy_s",
                  "_coefficients", "prefix_cache", "prefix_query_tokens", "prefix_hit_tokens",
-                 "policy_preemptions", "owed_transfer_s")
+                 "policy_preemptions", "policy_moves", "owed_transfer_s")
 
     def __init__(self, uid: int, model: int, name: str, costs: ModelCosts, gpu: Gpu, gpu_share: float,
                  engine_config: EngineConfig, reserve_bytes: int = 0, weight_bytes: int | None = None,
@@ -87,6 +87,7 @@ class Instance:
         # A policy's preemptions asked for while a step of this instance runs: they happen as it ends
         # (sim.engine.preemption.apply_policy_preemptions), and the swap-outs they start hold up the next step.
         self.policy_preemptions: list[tuple[Request, str]] = []
+        self.policy_moves: list[tuple[Request, Instance]] = []  # where those requests are assigned once preempted
         self.owed_transfer_s = 0.0
 
     def size_max_model_len(self, beside_neighbours: bool) -> None:

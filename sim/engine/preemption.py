@@ -66,6 +66,11 @@ def apply_policy_preemptions(engine: Engine, instance: Instance, now: float) -> 
             owed_s = max(owed_s, preempt(engine, instance, request, mode, now))
     instance.policy_preemptions.clear()
     instance.owed_transfer_s = owed_s
+    for request, target in instance.policy_moves:  # the view's assign of a request whose preemption was pending
+        if request.instance is instance and request.state in ("waiting", "swapped") and engine.routable(target):
+            engine.withdraw(request)
+            engine.assign(request, target)
+    instance.policy_moves.clear()
 
 
 def resume_swapped(engine: Engine, instance: Instance, now: float) -> float:

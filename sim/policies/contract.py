@@ -60,7 +60,7 @@ def checked_order_waiting(engine: Engine, instance: Instance) -> None:
 QUEUEABLE_STATES = ("pending", "waiting", "swapped")  # not in a batch, nor done
 
 
-def check_target(engine: Engine, request: Request, target: object, hook: str) -> None:
+def check_target(engine: Engine, request: Request, target: object, hook: str, leaving: bool = False) -> None:
     """Stop the run unless ``request`` waits to be queued (not in a batch, nor done) and ``target``, where a user's
     ``hook`` (route, or the view's assign) sent it, is a ready or loading instance of the request's model: another
     model's would decode it with the wrong weights, and a gone one would hold it where nothing runs."""
@@ -68,7 +68,7 @@ def check_target(engine: Engine, request: Request, target: object, hook: str) ->
 
     name = engine.model_names[request.model]
     expected = f"a ready or loading instance of {name}{' or None' if hook == 'route' else ''}"
-    if request.state not in QUEUEABLE_STATES:
+    if request.state not in QUEUEABLE_STATES and not leaving:  # leaving: preempted, it leaves as its step ends
         where = f" on {request.instance.name}" if request.instance is not None else ""
         problem = f"was given request {request.id} ({name}), which is {request.state}{where}"
         expected = "a pending, waiting or swapped request (preempt a running one first)"

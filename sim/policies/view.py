@@ -174,8 +174,16 @@ class ClusterView:
     # -- acting ----------------------------------------------------------------------------------
     def assign(self, request: Request, instance: Instance) -> None:
         """Queue a pending request at ``instance``; one waiting or swapped at another instance moves there (a
-        swapped one keeps its host KV on the same node, and is recomputed on another)."""
+        swapped one keeps its host KV on the same node, and is recomputed on another), and one whose preemption
+        waits for its step's end moves as it ends."""
         engine = self._engine
+        held = request.instance
+        if held is not None and request.state == "running" and any(r is request for r, _ in held.policy_preemptions):
+            # Preempted mid-step, it leaves the batch as the step ends: it moves then (see preempt).
+            if engine.checks_policy:
+                check_target(engine, request, instance, "assign", leaving=True)
+            held.policy_moves.append((request, instance))
+            return
         if engine.checks_policy:
             check_target(engine, request, instance, "assign")
         if request.instance is not None:
