@@ -250,15 +250,21 @@ def test_slo_aware_starts_the_request_whose_class_deadline_comes_first():
     assert first_started(classes, ["interactive", "batch"]) == [1, 0, 2]
 
 
-def test_the_worked_example_of_docs_slo_md_gives_what_it_says(tmp_path):
-    """docs/slo.md's trace and scenario, run: the attainment per run and per class its text gives."""
+def run_worked_example(tmp_path) -> tuple[str, dict, str]:
+    """docs/slo.md's worked example (its trace and scenario), run: the example's text, the run's summary and what
+    it printed."""
     text = (REPO / "docs" / "slo.md").read_text().split("## A worked example", 1)[1]
     trace, scenario = (block.split("\n", 1)[1] for block in text.split("```")[1:4:2])
     (tmp_path / "trace.csv").write_text(trace)
     (tmp_path / "classes.yaml").write_text(scenario)
     code, output = cli("run", tmp_path / "classes.yaml", "--out", tmp_path / "out")
     assert code == 0, output
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    return text, json.loads((tmp_path / "out" / "summary.json").read_text()), output
+
+
+def test_the_worked_example_of_docs_slo_md_gives_what_it_says(tmp_path):
+    """docs/slo.md's trace and scenario, run: the attainment per run and per class its text gives."""
+    text, summary, _ = run_worked_example(tmp_path)
     assert summary["slo_attainment"] == 0.8 and "`slo_attainment` is 0.8 (4 of 5)" in text
     attainment = {label: figures["slo_attainment"] for label, figures in summary["per_slo_class"].items()}
     assert attainment == {"batch": 1.0, "gold": 1.0, "interactive": 0.5}
@@ -270,13 +276,7 @@ def test_the_requests_without_a_class_have_their_own_figures(tmp_path):
     """docs/slo.md's worked example: its one request without a class (id 2, held to the model's 5 s and 0.1 s; TTFT
     2.337 s in the docs' table) meets its SLO. slo_unclassed gives it, and with per_slo_class the counts add up to
     the run's: 2 + 1 + 1 + 1 = 5 requests, 1 + 1 + 1 + 1 = 4 meeting their SLO (0.8)."""
-    text = (REPO / "docs" / "slo.md").read_text().split("## A worked example", 1)[1]
-    trace, scenario = (block.split("\n", 1)[1] for block in text.split("```")[1:4:2])
-    (tmp_path / "trace.csv").write_text(trace)
-    (tmp_path / "classes.yaml").write_text(scenario)
-    code, output = cli("run", tmp_path / "classes.yaml", "--out", tmp_path / "out")
-    assert code == 0, output
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    _, summary, output = run_worked_example(tmp_path)
     unclassed = summary["slo_unclassed"]
     assert {key: unclassed[key] for key in ("requests", "completed", "dropped", "slo_attainment")} == \
         {"requests": 1, "completed": 1, "dropped": 0, "slo_attainment": 1.0}
