@@ -169,15 +169,21 @@ def run_scenario(path: Path, *, policy: str | None = None, seed: int | None = No
     check_run_size(scenario, path.parent, str(path))
     with progress_bar(show_progress, transient=True) as progress:
         task = progress.add_task(f"{scenario.name} / {policy_name}", total=expected_requests(scenario))
-        try:
-            result = simulate(scenario, base_dir=path.parent, policy=policy, seed=seed, mode=mode,
-                              on_progress=lambda n: progress.update(task, completed=n))
-        except MmsimError as error:
-            if error.field is not None and error.source is None:  # a field checked as the run builds the cluster
-                error.source = str(path)
-            raise
+        result = simulate_file(scenario, path, policy=policy, seed=seed, mode=mode,
+                               on_progress=lambda n: progress.update(task, completed=n))
     write_run_folder(result, out_dir, scenario_data)
     return result, out_dir
+
+
+def simulate_file(scenario: Scenario, path: Path, **options) -> RunResult:
+    """:func:`simulate` the scenario read from ``path``; a field found wrong as the run builds the cluster (e.g. a
+    gpu_share whose CPU layers fit no node's RAM) is an error located in that file."""
+    try:
+        return simulate(scenario, base_dir=path.parent, **options)
+    except MmsimError as error:
+        if error.field is not None and error.source is None:
+            error.source = str(path)
+        raise
 
 
 def expected_requests(scenario: Scenario) -> int | None:

@@ -289,3 +289,17 @@ def test_a_link_to_an_existing_folder_is_still_followed(tmp_path):
     assert code == 0, text
     assert (tmp_path / "target" / "run" / "summary.json").is_file()
     assert os.path.islink(tmp_path / "link")
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_a_deployment_whose_cpu_layers_fit_no_node_is_named_in_its_file(tmp_path, command):
+    """compare named only the field (run named the file too): the check is made as the run builds the cluster."""
+    scenario = tmp_path / "offloaded.yaml"
+    data = tiny_scenario(models=[{"name": "llama-2-70b", "gpu_share": 0.1}],
+                         cluster={"nodes": 1, "gpus_per_node": 1, "host_memory_gb": 1})
+    data["workload"]["generator"]["mix"] = {"llama-2-70b": 1.0}
+    write_yaml(scenario, data)
+    extra = ["--policies", "static", "--runs-dir", tmp_path / "runs"] if command == "compare" else []
+    out = tmp_path / ("r.html" if command == "compare" else "out")
+    refused([command, scenario, *extra, "--out", out], f"{scenario}: models.llama-2-70b.gpu_share: gpu_share 0.1",
+            out=out)

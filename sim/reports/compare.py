@@ -51,8 +51,7 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
     report path and the runs. A folder holding a finished run of another scenario, policy or seed is replaced only
     with ``force`` (one of the same run is run again), and every folder is checked before the first run starts."""
     from sim.policies.registry import get_policy_class
-    from sim.runner import check_run_dir, effective_scenario, write_run_folder
-    from sim.simulation import simulate
+    from sim.runner import check_run_dir, effective_scenario, simulate_file, write_run_folder
 
     if not policies:
         raise MmsimError("--policies needs at least one policy name")
@@ -81,11 +80,11 @@ def compare(scenario_path: Path, policies: list[str], *, seeds: int = 1, out: Pa
     inputs = [scenario_path, *files_named(scenario.model_dump(), scenario_path.parent), *files_named(policies)]
     check_page_target(out, inputs=inputs, folders=list(folders), force=force)
     runs: list[RunData] = []
-    with progress_bar(show_progress) as progress:
+    with progress_bar(show_progress, transient=True) as progress:  # gone once done, or when a run stops in error
         task = progress.add_task("runs", total=len(plan))
         for policy, seed, folder, scenario_data in plan:
             progress.update(task, description=f"{scenario.name} · {policy} · seed {seed}")
-            result = simulate(scenario, base_dir=scenario_path.parent, policy=policy, seed=seed, mode=mode)
+            result = simulate_file(scenario, scenario_path, policy=policy, seed=seed, mode=mode)
             write_run_folder(result, folder, scenario_data)
             runs.append(RunData(result.summary, result.requests, result.events, result.timeseries, scenario_data, folder))
             progress.advance(task)
