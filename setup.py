@@ -27,6 +27,7 @@ COMPILED_MODULES = [
     "sim/engine/gpu.py",
     "sim/engine/instance.py",
     "sim/engine/kv.py",
+    "sim/engine/limits.py",
     "sim/engine/preemption.py",
     "sim/engine/prefix.py",
     "sim/engine/recorder.py",

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import simpy
 
 from sim.costs import ModelCosts
-from sim.engine import batching, preemption, residency
+from sim.engine import batching, limits, preemption, residency
 from sim.engine.events import make_agenda
 from sim.engine.gpu import Gpu
 from sim.engine.instance import Instance
 from sim.engine.kv import blocks_for
 from sim.engine.prefix import EMPTY_PATH, PrefixPath, prefix_path
-from sim.engine.memory import fitting_tokens, reserve_bytes, shard_fractions
+from sim.engine.memory import reserve_bytes, shard_fractions
 from sim.engine.progress import ProgressGuard
 from sim.engine.recorder import Recorder
 from sim.engine.routing import Router
@@ -110,9 +110,10 @@ class Engine:
         shares = gpu_shares or [1.0] * len(model_names)
         wanted = max_model_lens or [None] * len(model_names)
         self.deployment_shares = shares  # each deployment's GPU layer share: a whole copy of it (1.0 unless offloaded)
-        self.max_model_len = [self._max_model_len(m, shares[m], wanted[m]) for m in range(len(model_names))]
+        self.max_model_len = [limits.deployment_max_model_len(self, m, shares[m], wanted[m])
+                              for m in range(len(model_names))]
         for model in range(len(model_names)):
-            self._check_offload_fits_host(model, shares[model])
+            limits.check_offload_fits_host(self, model, shares[model])
         self.last_progress_s = 0.0  # when a step last computed tokens
         self.busy_since_s = 0.0  # when the last arrival found nothing outstanding
         self.prefix_query_tokens = [0] * len(model_names)  # prompt tokens looked up in prefix caches, per model
@@ -170,35 +171,6 @@ class Engine:
         if len(group) < size or any(g.pool != gpu.pool or not self.nodes[g.node].up for g in group):
             return []
         return group
-
-    def _check_offload_fits_host(self, model: int, gpu_share: float) -> None:
-        """A deployment's layers kept on the CPU live in its node's RAM: refuse one no node's RAM holds, as its
-        vLLM would fail to start (it ran, its CPU layers taking no memory)."""
-        costs = self.costs[model]
-        span = self.parallel[model][0] * self.parallel[model][1]
-        per_node = max(sum(1 for gpu in self.gpus if gpu.node == node.index) for node in self.nodes)
-        cpu_bytes = (costs.weight_bytes() - costs.gpu_weight_bytes(gpu_share)) * min(span, per_node) // span
-        largest = max(node.host_memory_bytes for node in self.nodes)
-        if cpu_bytes > largest:  # a parallel instance's node holds its GPUs' share of them
-            from sim.errors import MmsimError
-            raise MmsimError(f"gpu_share {gpu_share:g} keeps {cpu_bytes / 2**30:.1f} GiB of the model's layers on the "
-                             f"CPU, more than the {largest / 2**30:.1f} GiB of a node's host memory "
-                             "(cluster.host_memory_gb); raise the share or the host memory",
-                             field=f"models.{self.model_names[model]}.gpu_share")
-
-    def _max_model_len(self, model: int, gpu_share: float, wanted: int | None) -> int:
-        """vLLM's ``max_model_len``: the longest prompt + output a deployment accepts. By default what fits the
-        KV room beside its footprint on the largest GPU; a longer setting is refused, as vLLM refuses to start."""
-        block_bytes = self.block_bytes(model)
-        fits = fitting_tokens(max(g.capacity_bytes for g in self.gpus), self.footprint_bytes(model, gpu_share),
-                              block_bytes, self.config.block_size)
-        if wanted is None or fits == 0:
-            return fits
-        if wanted > fits:
-            from sim.errors import MmsimError
-            raise MmsimError(f"max_model_len {wanted:,} is more than the {fits:,} tokens of KV room beside the model's "
-                             f"weights and activation reserve on the largest GPU", field=f"models.{self.model_names[model]}")
-        return wanted
 
     def arrive(self, request: Request) -> None:
         limit = self.max_model_len[request.model]
