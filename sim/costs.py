@@ -193,6 +193,10 @@ class ModelCosts:
     def weight_bytes(self) -> int:
         return self._weight_bytes
 
+    def cpu_weight_bytes(self, gpu_share: float = 1.0) -> int:
+        """Weights kept on the CPU, in host RAM, when ``gpu_share`` of the layers are on the GPU."""
+        return self._weight_bytes - self.gpu_weight_bytes(gpu_share)
+
     def gpu_weight_bytes(self, gpu_share: float = 1.0) -> int:
         """Weights resident on the GPU when ``gpu_share`` of the layers are there: embeddings and head stay on the
         GPU with any layer, and with none (a share that rounds to no layer) run on the CPU, as the step prices them."""

@@ -33,7 +33,7 @@ def check_offload_fits_host(engine: Engine, model: int, gpu_share: float) -> Non
     tensor, pipeline = engine.parallel[model]
     span = tensor * pipeline
     per_node = max(sum(1 for gpu in engine.gpus if gpu.node == node.index) for node in engine.nodes)
-    cpu_bytes = (costs.weight_bytes() - costs.gpu_weight_bytes(gpu_share)) * min(span, per_node) // span
+    cpu_bytes = costs.cpu_weight_bytes(gpu_share) * min(span, per_node) // span
     largest = max(node.host_memory_bytes for node in engine.nodes)
     if cpu_bytes > largest:
         raise MmsimError(f"gpu_share {gpu_share:g} keeps {cpu_bytes / 2**30:.1f} GiB of the model's layers on the "

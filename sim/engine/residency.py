@@ -105,7 +105,7 @@ def _start_cold(engine: Engine, instance: Instance,
 
 def _offloaded_bytes(costs: ModelCosts, gpu_share: float, spans: list[Gpu]) -> dict[int, int]:
     """Host RAM the layers an instance keeps on the CPU take, by node: each node holds its GPUs' share of them."""
-    cpu_bytes = costs.weight_bytes() - costs.gpu_weight_bytes(gpu_share)
+    cpu_bytes = costs.cpu_weight_bytes(gpu_share)
     if cpu_bytes <= 0:
         return {}
     nodes = [shard.node for shard in spans]

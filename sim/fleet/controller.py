@@ -226,12 +226,13 @@ class FleetController:
             if instance.status not in SERVING or instance in engine.retiring:
                 continue
             replicas += 1
+            instance_busy_s = instance.busy_by(now)  # the step running counted so far: a long prefill is one step
             if instance.status == "ready":
                 ready += 1
                 held += instance.blocks
                 room += instance.blocks + instance.free_blocks()
-                busy_s += instance.busy_by(now) - self.busy_seen.get(instance.uid, instance.busy_by(now))
-            self.busy_seen[instance.uid] = instance.busy_by(now)  # the step running counted so far: a long prefill
+                busy_s += instance_busy_s - self.busy_seen.get(instance.uid, instance_busy_s)
+            self.busy_seen[instance.uid] = instance_busy_s
         replicas += sum(models.count(model) for models in self.booked.values())
         arrived = engine.arrivals_by_model[model] - self.arrivals_seen[model]
         self.arrivals_seen[model] = engine.arrivals_by_model[model]

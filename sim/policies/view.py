@@ -186,8 +186,8 @@ class ClusterView:
             return
         if engine.checks_policy:
             check_target(engine, request, instance, "assign")
-        if request.instance is not None:
-            if request.instance is instance:
+        if held is not None:
+            if held is instance:
                 return  # queued there already: it keeps its place
             engine.withdraw(request)
         engine.assign(request, instance)
