@@ -207,7 +207,7 @@ def _per_slo_class(table: RequestTable, completed: np.ndarray, met: np.ndarray) 
 
 GROUPED_SIZES = 128
 """Groups of at most this many values get their means and percentiles from one matrix per group size; numpy gives
-each row of it what :func:`percentiles` gives the row alone, bit for bit (tests/test_slo_classes.py checks it)."""
+each row of it what :func:`percentiles` gives the row alone, bit for bit (tests/test_slo_class_views.py checks it)."""
 
 
 def grouped_percentiles(values: np.ndarray, groups: np.ndarray, count: int) -> list[dict]:
