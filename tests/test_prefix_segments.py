@@ -240,3 +240,26 @@ def test_a_path_is_its_blocks_in_segments(ids, tokens, sizes):
     owner = [((k + 1) * block_size - 1) // id_tokens for k in range(len(keys))]
     assert all((segment_of[a] == segment_of[b]) == (owner[a] == owner[b])
                for a in range(len(keys)) for b in range(a + 1))
+
+
+def test_shorter_runs_held_twice_outlast_the_longest():
+    """Two requests hold the first 2 blocks of a 4-block segment and a third holds all 4: when the third leaves,
+    the two still hold 2, and the blocks go idle only when both have left (counted by hand)."""
+    pair = Pair([1])
+    longest, *shorter = Request((0,), 64, 64, 16), Request((0,), 32, 64, 16), Request((0,), 32, 64, 16)
+    for request in (longest, *shorter):
+        pair.learn(request)
+    for cache in (pair.old[0], pair.new[0]):
+        keys = cache is pair.old[0]
+        assert cache.insert_run(longest.keys if keys else longest.path, 0, 4) == 4
+        for request in shorter:
+            assert cache.match_idle(request.keys if keys else request.path, 2) == (2, 0)
+            cache.acquire(request.keys if keys else request.path, 2)
+    pair.check()
+    freed = [pair.new[0].release(longest.path, 4, 1), pair.new[0].release(shorter[0].path, 2, 2),
+             pair.new[0].release(shorter[1].path, 2, 3)]
+    for seq, (request, count) in enumerate([(longest, 4), (shorter[0], 2), (shorter[1], 2)], 1):
+        pair.old[0].release(request.keys, count, seq)
+    assert freed == [2, 0, 2]
+    assert [run for run in pair.new[0].idle_runs()] == [(longest.path.keys[0], 2, 4), (longest.path.keys[0], 0, 2)]
+    pair.check()

@@ -34,16 +34,26 @@ rather than its blocks (hundreds):
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
-NO_LIMIT: Final = 1 << 62  # a release count no GPU reaches: evict regardless of when the blocks were released
+SegmentKey = object
+"""A segment's key, a hash of a chain of prefix ids. Typed ``object`` so that the compiled build hands it to lists
+and dicts as the Python int it is: typed ``int``, each use unboxed it into a native integer and boxed it again,
+a heap allocation for most values."""
+
+IdleRuns = list[tuple[SegmentKey, int, int]]
+"""A cache's idle blocks as runs ``(segment key, lo, hi)``, oldest release first (:meth:`PrefixCache.idle_runs`)."""
+
+NO_LIMIT: Final = (1 << 62) - 1
+"""A release count no GPU reaches: evict regardless of when the blocks were released. The largest value the compiled
+build holds unboxed (1 << 62 was a Python int object, and every comparison with it a slow call)."""
 
 
 class PrefixPath:
     """A prompt's full KV blocks as the prefix cache knows them: its segments, each by its key (the chain of
     prefix ids up to the id its blocks end in), and where each ends among the prompt's blocks."""
 
-    def __init__(self, keys: list[int], ends: list[int]) -> None:
+    def __init__(self, keys: list[SegmentKey], ends: list[int]) -> None:
         self.keys = keys
         self.ends = ends  # segment i is blocks ends[i - 1] (0 for the first) to ends[i] - 1
         self.blocks = ends[-1] if ends else 0
@@ -52,17 +62,18 @@ class PrefixPath:
 EMPTY_PATH: Final = PrefixPath([], [])
 
 
-def prefix_path(prefix_ids: tuple[int, ...], prompt_tokens: int, id_tokens: int, block_size: int) -> PrefixPath:
+def prefix_path(prefix_ids: tuple[object, ...], prompt_tokens: int, id_tokens: int, block_size: int) -> PrefixPath:
     """The segments of a prompt's full KV blocks that its ``prefix_ids`` identify (each id stands for
     ``id_tokens`` prompt tokens): block k ends in id ((k + 1) * block_size - 1) // id_tokens, so id j's segment
     is blocks j * id_tokens // block_size to (j + 1) * id_tokens // block_size - 1 (none when no block ends in
     it), the last one cut where the prompt's full blocks end."""
     blocks = min(len(prefix_ids) * id_tokens, prompt_tokens) // block_size
-    keys: list[int] = []
+    keys: list[SegmentKey] = []
     ends: list[int] = []
-    chain = start = j = 0
+    chain: SegmentKey = 0
+    start = j = 0
     while start < blocks:
-        chain = hash((chain, prefix_ids[j]))
+        chain = cast(SegmentKey, hash((chain, prefix_ids[j])))  # cast: typed int, mypyc would unbox it to box again
         end = min((j + 1) * id_tokens // block_size, blocks)
         if end > start:
             keys.append(chain)  # the chain of ids 0..j: j itself is its length, so it tells no two chains apart
@@ -74,14 +85,25 @@ def prefix_path(prefix_ids: tuple[int, ...], prompt_tokens: int, id_tokens: int,
 
 class Segment:
     """The cached blocks of one segment: how many (from its first), how many of those requests hold, and by
-    whom; the rest are idle."""
+    whom; the rest are idle.
 
-    def __init__(self, key: int) -> None:
+    Most holders hold the same run, the longest (every block of a segment but a prompt's last): they are a count,
+    and only shorter runs are counted in a dict."""
+
+    def __init__(self, key: SegmentKey) -> None:
         self.key = key
         self.cached = 0
         self.held = 0  # the longest of its holders' runs
-        self.holders: dict[int, int] = {}  # the end of a holder's run -> how many hold that run
+        self.longest = 0  # how many hold that run
+        self.shorter: dict[int, int] = {}  # the end of a shorter run -> how many hold it
         self.runs: list[IdleRun] = []  # the idle blocks held..cached-1, the bottom (newest) run last
+
+    def holder_runs(self) -> dict[int, int]:
+        """The end of each holder's run -> how many hold that run."""
+        runs = dict(self.shorter)
+        if self.longest:
+            runs[self.held] = self.longest
+        return runs
 
 
 class IdleRun:
@@ -101,7 +123,7 @@ class PrefixCache:
     """The cached blocks of one instance, segment by segment, and its idle runs in the order they are evicted."""
 
     def __init__(self) -> None:
-        self.segments: dict[int, Segment] = {}
+        self.segments: dict[SegmentKey, Segment] = {}
         self.cached_blocks = 0
         self.idle_blocks = 0  # cached blocks no request holds
         self.lru = IdleRun(Segment(0), 0, 0, 0)  # the list's sentinel: lru.next is the oldest run, lru.prev the newest
@@ -142,9 +164,15 @@ class PrefixCache:
             segment = segments[keys[i]]
             run = min(ends[i], count) - start
             assert run <= segment.cached
-            holders = segment.holders
-            holders[run] = holders.get(run, 0) + 1
-            if run > segment.held:
+            if run == segment.held:
+                segment.longest += 1
+            elif run < segment.held:
+                shorter = segment.shorter
+                shorter[run] = shorter.get(run, 0) + 1
+            else:
+                if segment.longest:
+                    segment.shorter[segment.held] = segment.longest
+                segment.longest = 1
                 self._take_idle(segment, run)
             start = ends[i]
             i += 1
@@ -180,14 +208,11 @@ class PrefixCache:
             if segment.cached > offset:
                 break
             stop = min(ends[i], end) - first
-            holders = segment.holders
             if offset:  # its run grows: the longest, as the segment had no blocks past it
-                left = holders[offset] - 1
+                left = segment.longest - 1
                 if left:
-                    holders[offset] = left
-                else:
-                    del holders[offset]
-            holders[stop] = holders.get(stop, 0) + 1
+                    segment.shorter[offset] = left
+            segment.longest = 1
             self.cached_blocks += stop - offset
             segment.cached = segment.held = stop
             start = first + stop
@@ -207,17 +232,25 @@ class PrefixCache:
             first = ends[i - 1] if i else 0
             segment = segments[keys[i]]
             run = min(ends[i], count) - first
-            holders = segment.holders
-            left = holders[run] - 1
-            if left:
-                holders[run] = left
+            if run < segment.held:
+                shorter = segment.shorter
+                left = shorter[run] - 1
+                if left:
+                    shorter[run] = left
+                else:
+                    del shorter[run]
+            elif segment.longest > 1:
+                segment.longest -= 1
             else:
-                del holders[run]
-                if run == segment.held:
-                    held = max(holders) if holders else 0
-                    self._append_idle(segment, held, run, released_seq)
-                    segment.held = held
-                    freed += run - held
+                shorter = segment.shorter
+                held = 0
+                for end in shorter:  # a loop, not max(): compiled, it never boxes a key
+                    if end > held:
+                        held = end
+                segment.longest = shorter.pop(held) if held else 0
+                self._append_idle(segment, held, run, released_seq)
+                segment.held = held
+                freed += run - held
             i -= 1
         self.idle_blocks += freed
         return freed
@@ -238,17 +271,17 @@ class PrefixCache:
         assert self.idle_blocks
         return self.lru.next.seq
 
-    def idle_runs(self) -> list[tuple[int, int, int]]:
+    def idle_runs(self) -> IdleRuns:
         """The idle blocks, oldest release first, as runs ``(segment key, lo, hi)``: blocks ``hi - 1`` down to
         ``lo`` of the segment, in that order."""
-        runs: list[tuple[int, int, int]] = []
+        runs: IdleRuns = []
         run = self.lru.next
         while run is not self.lru:
             runs.append((run.segment.key, run.lo, run.hi))
             run = run.next
         return runs
 
-    def restore(self, runs: list[tuple[int, int, int]], released_seq: int) -> None:
+    def restore(self, runs: IdleRuns, released_seq: int) -> None:
         """Blocks brought back from host RAM (:meth:`idle_runs` of an unloaded instance) into this empty cache,
         oldest first: cached, idle, evicted before anything newer."""
         assert not self.segments  # restored while the instance loads: nothing has run on it
@@ -280,7 +313,7 @@ class PrefixCache:
             if run.hi == run.lo:
                 lru.next = run.next
                 run.next.prev = lru
-                del segment.runs[0]
+                segment.runs.pop(0)  # not del: compiled, del is a generic call
                 if not segment.cached:
                     del segments[segment.key]
         self.cached_blocks -= evicted

@@ -18,6 +18,7 @@ from sim.costs import ModelCosts
 from sim.engine.instance import Instance
 from sim.engine.request import Request
 from sim.engine.preemption import unexplained
+from sim.engine.prefix import IdleRuns
 from sim.parallel import node_load_share
 
 if TYPE_CHECKING:  # the engine imports this module
@@ -69,7 +70,7 @@ def load(engine: Engine, model: int, gpu: Gpu, gpu_share: float = 1.0,
     total = _book_weights(engine, costs, gpu_share, spans, from_host)
     engine.recorder.event(env.now, "load", gpu.index, instance.name, duration_s=total,
                           detail=f"share={gpu_share:g} from={'host' if from_host else 'disk'}")
-    prefixes: list[tuple[int, int, int]] = []
+    prefixes: IdleRuns = []
     if model in node.host_prefixes and instance.prefix_cache is not None:
         prefixes, blocks, _ = node.host_prefixes.pop(model)
         # The prefix blocks come back over the link while the weights load; ready when both are in.
@@ -143,7 +144,7 @@ def _book_weights(engine: Engine, costs, gpu_share: float, spans: list[Gpu], fro
 
 
 def _finish_load(engine: Engine, instance: Instance, seconds: float,
-                 prefixes: list[tuple[int, int, int]]) -> Generator[simpy.Event, None, None]:
+                 prefixes: IdleRuns) -> Generator[simpy.Event, None, None]:
     yield engine.env.timeout(seconds)
     if instance.status != "loading" and instance.status != "starting":
         return  # unloaded before its weights were in

@@ -7,6 +7,8 @@ weight loads on one node queue behind each other without extra events.
 
 from __future__ import annotations
 
+from sim.engine.prefix import IdleRuns
+
 INF = float("inf")
 
 
@@ -32,7 +34,7 @@ class Node:
         self.offloaded: dict[int, int] = {}  # instance uid -> bytes of its layers kept on the CPU, in host RAM
         self.host_weights: dict[int, int] = {}  # model -> bytes of its weights cached in host RAM
         # model -> (prefix-cache idle runs, oldest first, their blocks and bytes) kept in host RAM by an unload
-        self.host_prefixes: dict[int, tuple[list[tuple[int, int, int]], int, int]] = {}
+        self.host_prefixes: dict[int, tuple[IdleRuns, int, int]] = {}
         self.free_at = {"host_to_device": 0.0, "device_to_host": 0.0, "disk": 0.0}
 
     def provision(self, now: float) -> None:
@@ -80,7 +82,7 @@ class Node:
         self.host_weights[model] = weight_bytes
         return True
 
-    def keep_prefixes(self, model: int, runs: list[tuple[int, int, int]], blocks: int, prefix_bytes: int) -> bool:
+    def keep_prefixes(self, model: int, runs: IdleRuns, blocks: int, prefix_bytes: int) -> bool:
         """Hold a model's cached prefix blocks in host RAM (an LMCache-style CPU tier) if they fit beside
         what is there; a newer copy replaces an older one."""
         self.host_prefixes.pop(model, None)

@@ -86,12 +86,17 @@ class Conversations:
         for arrival, model, code, tenant, count, row_messages, row_outputs, row_thinks in rows:
             conversation = self._started
             self._started += 1
+            prompts = []
             context = system
             for turn in range(count):
-                prompt = context + row_messages[turn]
-                self._push(arrival, conversation, model, prompt, row_outputs[turn],
-                           prompt_ids(code, tenant, conversation, system, prompt, block_tokens))
-                context = prompt + row_outputs[turn]
+                prompts.append(context + row_messages[turn])
+                context = prompts[-1] + row_outputs[turn]
+            # A turn's ids are the first of its last turn's (its prompt extends every earlier one): made once,
+            # each turn's a slice sharing the same int objects.
+            ids = prompt_ids(code, tenant, conversation, system, prompts[-1], block_tokens)
+            for turn in range(count):
+                self._push(arrival, conversation, model, prompts[turn], row_outputs[turn],
+                           ids[:prompts[turn] // block_tokens])
                 arrival += row_thinks[turn]
 
     def _push(self, arrival: float, conversation: int, model: str, prompt: int, output: int, ids: tuple[int, ...]) -> None:
