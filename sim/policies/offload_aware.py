@@ -99,13 +99,17 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         for gpu in view.gpus:
             view.sync(gpu)
             room = gpu.free_bytes() - gpu.in_flight_bytes() - reserve
-            for gpu_layers in range(below, 0, -1):
-                share = gpu_layers / layers
-                if share < self.min_gpu_share or share <= best_share:
-                    break
-                if view.footprint_bytes(model, share) <= room:
-                    best_share, best_gpu = share, gpu
-                    break
+            # A footprint grows with the layers: the most that fit are found by bisection, not one count at a time.
+            fits, over = 0, below + 1  # fits: the most layers known to fit (0: none); over: the fewest known not to
+            while over - fits > 1:
+                middle = (fits + over) // 2
+                if view.footprint_bytes(model, middle / layers) <= room:
+                    fits = middle
+                else:
+                    over = middle
+            share = fits / layers
+            if fits and share >= self.min_gpu_share and share > best_share:
+                best_share, best_gpu = share, gpu
         return best_share, best_gpu
 
 
