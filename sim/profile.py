@@ -9,9 +9,6 @@ carries its provenance (``measured``, ``published``, ``derived`` or
 from __future__ import annotations
 
 import json
-import math
-import types
-import typing
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -23,65 +20,12 @@ from sim.catalogue import known_dtype
 from sim.errors import MmsimError, validate_mapping
 from sim.files import load_json
 from sim.fleet.config import MAX_GPUS_PER_NODE
+from sim.profile_checks import check_bounds, check_grid_axis, check_never_falls, is_numeric
 
 SCHEMA_VERSION = 1
-MAX_COST_S = 1e4
-"""Longest duration a profile may give any one cost (a weight reload from a slow disk is minutes)."""
 Source = Literal["measured", "published", "derived", "estimated"]
 NonNegative = Field(ge=0)
 Positive = Field(gt=0)
-
-
-def _numeric(annotation) -> bool:
-    """Whether a field holds a number (``int``, ``float``, or one of them or None)."""
-    kinds = set(typing.get_args(annotation)) - {type(None)} if typing.get_origin(annotation) in (
-        typing.Union, types.UnionType) else {annotation}
-    return bool(kinds) and kinds <= {int, float}
-
-
-def _limit(name: str) -> tuple[float, float, str]:
-    """(lowest, highest, unit) a number of this field name may take: finite and physically possible.
-
-    Bounds are by unit (the name's suffix), so fields added later are bounded too; a cost of 1e300 s
-    or a bandwidth of 1e-300 B/s would make a run never end.
-    """
-    if name.endswith("bytes_per_s") or name.endswith("flops_per_s"):
-        return (1e3 if "bandwidth" in name else 1e6), 1e18, "per second"
-    if name.endswith("_bytes"):
-        return 0.0, float(2**60), "bytes"
-    if name.endswith("_s") or name.endswith("seconds") or name.endswith("per_gib"):
-        return 0.0, MAX_COST_S, "seconds"
-    return 0.0, 1e9, ""
-
-
-def _check_grid_axis(points: list, axis: str) -> list:
-    """Refuse a measured grid whose ``axis`` (batch, gpu_share) repeats a value or goes back. Two points at one
-    value make interpolation ambiguous (the cost model would keep one and drop the other without a word); and
-    `mmsim calibrate` writes grids in increasing order, so a point out of order is a hand edit gone wrong (a
-    typo'd batch), which is why it is refused rather than sorted."""
-    values = [getattr(point, axis) for point in points]
-    seen = set()
-    for value in values:
-        if value in seen:
-            raise ValueError(f"{axis} {value:g} appears twice (expected each {axis} once)")
-        seen.add(value)
-    for previous, value in zip(values, values[1:]):
-        if value < previous:
-            raise ValueError(f"{axis} {value:g} comes after {axis} {previous:g} (expected the points in increasing "
-                             f"{axis} order)")
-    return points
-
-
-def _check_never_falls(grid: list, fields: tuple[str, ...], where: str) -> None:
-    """Refuse a measured grid that prices a bigger batch below a smaller one (physics never inverts)."""
-    points = sorted(grid, key=lambda point: point.batch)
-    for smaller, bigger in zip(points, points[1:]):
-        for name in fields:
-            low, high = getattr(smaller, name), getattr(bigger, name)
-            if high < low:
-                raise ValueError(f"{where}: {name} falls from {low:.6g} at batch {smaller.batch} to {high:.6g} at batch "
-                                 f"{bigger.batch}; a grid must not fall as the batch grows (more sequences never cost "
-                                 "less: `mmsim calibrate` fits it so)")
 
 
 class Strict(BaseModel):
@@ -95,7 +39,7 @@ class Strict(BaseModel):
         if isinstance(data, dict):
             for name, value in data.items():
                 field = cls.model_fields.get(name)
-                if field is not None and isinstance(value, (str, bool)) and _numeric(field.annotation):
+                if field is not None and isinstance(value, (str, bool)) and is_numeric(field.annotation):
                     raise ValueError(f"{name} must be a number, not {json.dumps(value)[:40]}")  # as the file has it
         return data
 
@@ -247,11 +191,11 @@ class LayerCost(Sourced):
     @field_validator("decode_grid")
     @classmethod
     def _decode_axis(cls, points: list[BatchPoint]) -> list[BatchPoint]:
-        return _check_grid_axis(points, "batch")
+        return check_grid_axis(points, "batch")
 
     @model_validator(mode="after")
     def _grid_never_falls(self):
-        _check_never_falls(self.decode_grid, ("base_s", "per_context_token_s"), "decode_grid")
+        check_never_falls(self.decode_grid, ("base_s", "per_context_token_s"), "decode_grid")
         return self
 
 
@@ -268,7 +212,7 @@ class OffloadCurve(Sourced):
     @field_validator("points")
     @classmethod
     def _share_axis(cls, points: list[OffloadPoint]) -> list[OffloadPoint]:
-        return _check_grid_axis(points, "gpu_share")
+        return check_grid_axis(points, "gpu_share")
 
 
 class KvTransferOverride(Sourced):
@@ -309,12 +253,12 @@ class ModelCosts(Strict):
     @field_validator("head_gpu_grid", "head_cpu_grid")
     @classmethod
     def _head_axes(cls, points: list[HeadPoint]) -> list[HeadPoint]:
-        return _check_grid_axis(points, "batch")
+        return check_grid_axis(points, "batch")
 
     @model_validator(mode="after")
     def _head_grids_never_fall(self):
-        _check_never_falls(self.head_gpu_grid, ("seconds",), "head_gpu_grid")
-        _check_never_falls(self.head_cpu_grid, ("seconds",), "head_cpu_grid")
+        check_never_falls(self.head_gpu_grid, ("seconds",), "head_gpu_grid")
+        check_never_falls(self.head_cpu_grid, ("seconds",), "head_cpu_grid")
         return self
 
 
@@ -376,25 +320,6 @@ class Profile(Strict):
             if costs.kv_transfer:
                 rows[f"models.{name}.kv_transfer"] = costs.kv_transfer.source
         return rows
-
-
-def check_bounds(data: object, source: str) -> None:
-    """Every number of a profile's data within the physical range of its unit (see ``_limit``); the
-    ``samples`` and ``validation`` records are kept as measured. Checked on the data, not on the models,
-    because the cost model also builds these models from derived numbers."""
-    pending = [(data, "", "")]
-    while pending:
-        node, key, path = pending.pop()
-        if isinstance(node, dict):
-            pending.extend((value, str(name), f"{path}.{name}" if path else str(name)) for name, value in node.items()
-                           if name not in ("samples", "validation"))
-        elif isinstance(node, list):
-            pending.extend((value, key, f"{path}.{index}") for index, value in enumerate(node))
-        elif isinstance(node, (int, float)) and not isinstance(node, bool) and node and math.isfinite(node):
-            low, high, unit = _limit(key)
-            if not low <= abs(node) <= high:
-                raise MmsimError(f"{node:g} is out of range (at most {high:g}{' ' + unit if unit else ''}"
-                                 f"{f', at least {low:g}' if low else ''})", source=source, field=path)
 
 
 def parse_profile(data: object, source: str) -> Profile:
