@@ -13,7 +13,6 @@ later turns, so a prefix cache can find both.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 
 import numpy as np
@@ -55,7 +54,10 @@ def prompt_ids(model: int, tenant: int, conversation: int, system_tokens: int, p
 
 
 class Conversations:
-    """Turns of conversations in arrival order, from conversation starts and per-turn draws."""
+    """Turns of conversations in arrival order, from conversation starts and per-turn draws.
+
+    Turns are kept as columns (arrival, the order they were made in, model, prompt and output tokens, prefix
+    ids): a conversation's turns are made at once, in numpy, and handed out sorted by (arrival, order)."""
 
     def __init__(self, tenants: int, system_prompt_tokens: int, turns_low: int, turns_high: int,
                  think_time_s: float, block_tokens: int, rng: np.random.Generator):
@@ -65,8 +67,7 @@ class Conversations:
         self.think_time_s = think_time_s
         self.block_tokens = block_tokens
         self.rng = rng
-        self._pending: list[tuple[float, int, int, str, int, int]] = []  # (arrival, order, conv, model, prompt, out)
-        self._ids: dict[int, tuple[int, ...]] = {}
+        self._pending = Turns.empty()
         self._order = 0
         self._started = 0
 
@@ -74,50 +75,81 @@ class Conversations:
               outputs: np.ndarray) -> None:
         """Start one conversation per arrival; ``messages``/``outputs`` give each turn's new user tokens and
         answer (one row per conversation, as many columns as the most turns)."""
-        rng = self.rng
-        tenants = rng.integers(0, self.tenants, len(times))
-        turns = rng.integers(self.turns[0], self.turns[1] + 1, len(times))
-        thinks = rng.exponential(self.think_time_s, (len(times), messages.shape[1])) if self.think_time_s > 0 else \
-            np.zeros((len(times), messages.shape[1]))
+        rng, n, width = self.rng, len(times), messages.shape[1]
+        tenants = rng.integers(0, self.tenants, n)
+        turns = rng.integers(self.turns[0], self.turns[1] + 1, n)
+        thinks = rng.exponential(self.think_time_s, (n, width)) if self.think_time_s > 0 else np.zeros((n, width))
+        live = np.arange(width) < turns[:, None]  # the turns each conversation has, row by row
+        exchanged = messages + outputs
+        # A turn's prompt: the system prompt, every earlier message and answer, and its own message.
+        prompts = self.system_prompt_tokens + np.cumsum(exchanged, axis=1) - exchanged + messages
+        # A turn arrives the think times of the turns before it after the conversation's start, added in turn
+        # order (cumsum adds left to right).
+        arrivals = np.cumsum(np.concatenate([np.asarray(times, float)[:, None], thinks[:, :-1]], axis=1), axis=1)
+        made = int(live.sum())
+        self._pending = self._pending.joined(Turns(
+            arrivals[live], np.arange(self._order, self._order + made), np.repeat(np.asarray(models, object), turns),
+            prompts[live], outputs[live], self._prefix_ids(model_codes, tenants, turns, prompts, made)))
+        self._order += made
+        self._started += n
+
+    def _prefix_ids(self, model_codes: np.ndarray, tenants: np.ndarray, turns: np.ndarray, prompts: np.ndarray,
+                    made: int) -> np.ndarray:
+        """Each turn's prefix ids, conversation by conversation: a turn's are the first of its last turn's (its
+        prompt extends every earlier one), made once, each turn's a slice sharing the same int objects."""
         system, block_tokens = self.system_prompt_tokens, self.block_tokens
+        column: list[tuple[int, ...]] = []
         # As Python numbers: indexing numpy arrays one element at a time cost most of this loop.
-        rows = zip(times.tolist(), [str(m) for m in models], model_codes.tolist(), tenants.tolist(), turns.tolist(),
-                   messages.tolist(), outputs.tolist(), thinks.tolist())
-        for arrival, model, code, tenant, count, row_messages, row_outputs, row_thinks in rows:
-            conversation = self._started
-            self._started += 1
-            prompts = []
-            context = system
-            for turn in range(count):
-                prompts.append(context + row_messages[turn])
-                context = prompts[-1] + row_outputs[turn]
-            # A turn's ids are the first of its last turn's (its prompt extends every earlier one): made once,
-            # each turn's a slice sharing the same int objects.
-            ids = prompt_ids(code, tenant, conversation, system, prompts[-1], block_tokens)
-            for turn in range(count):
-                self._push(arrival, conversation, model, prompts[turn], row_outputs[turn],
-                           ids[:prompts[turn] // block_tokens])
-                arrival += row_thinks[turn]
+        rows = zip(range(self._started, self._started + len(turns)), model_codes.tolist(), tenants.tolist(),
+                   turns.tolist(), prompts.tolist())
+        for conversation, code, tenant, count, row_prompts in rows:
+            ids = prompt_ids(code, tenant, conversation, system, row_prompts[count - 1], block_tokens)
+            column.extend(ids[:prompt // block_tokens] for prompt in row_prompts[:count])
+        return np.fromiter(column, dtype=object, count=made)
 
-    def _push(self, arrival: float, conversation: int, model: str, prompt: int, output: int, ids: tuple[int, ...]) -> None:
-        self._ids[self._order] = ids
-        heapq.heappush(self._pending, (arrival, self._order, conversation, model, prompt, output))
-        self._order += 1
-
-    def take(self, until_s: float) -> Iterator[tuple[float, str, int, int, tuple[int, ...]]]:
+    def take(self, until_s: float) -> Turns:
         """The pending turns arriving before ``until_s`` (all of them when it is infinite), in order."""
         pending = self._pending
-        while pending and pending[0][0] < until_s:
-            arrival, order, _, model, prompt, output = heapq.heappop(pending)
-            yield arrival, model, prompt, output, self._ids.pop(order)
+        due = pending.arrival_s < until_s
+        self._pending = pending.picked(~due)
+        taken = pending.picked(due)
+        return taken.picked(np.lexsort((taken.order, taken.arrival_s)))
 
 
-def as_chunk(turns: list[tuple[float, str, int, int, tuple[int, ...]]], first_id: int) -> RequestChunk:
-    ids = np.empty(len(turns), object)
-    ids[:] = [turn[4] for turn in turns]
-    return RequestChunk(np.array([t[0] for t in turns], float), np.array([t[1] for t in turns], object),
-                        np.array([t[2] for t in turns], np.int64), np.array([t[3] for t in turns], np.int64),
-                        prefix_ids=ids, first_id=first_id)
+class Turns:
+    """Conversation turns as columns: arrival, the order they were made in (ties in arrival go by it), model,
+    prompt and output tokens, prefix ids."""
+
+    def __init__(self, arrival_s: np.ndarray, order: np.ndarray, model: np.ndarray, prompt_tokens: np.ndarray,
+                 output_tokens: np.ndarray, prefix_ids: np.ndarray):
+        self.arrival_s = arrival_s
+        self.order = order
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.prefix_ids = prefix_ids
+
+    @staticmethod
+    def empty() -> Turns:
+        return Turns(np.empty(0, float), np.empty(0, np.int64), np.empty(0, object), np.empty(0, np.int64),
+                     np.empty(0, np.int64), np.empty(0, object))
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def _columns(self) -> tuple[np.ndarray, ...]:
+        return self.arrival_s, self.order, self.model, self.prompt_tokens, self.output_tokens, self.prefix_ids
+
+    def picked(self, rows) -> Turns:
+        """The turns at ``rows`` (a mask, indices or a slice)."""
+        return Turns(*(column[rows] for column in self._columns()))
+
+    def joined(self, other: Turns) -> Turns:
+        return Turns(*(np.concatenate(pair) for pair in zip(self._columns(), other._columns())))
+
+    def as_chunk(self, first_id: int) -> RequestChunk:
+        return RequestChunk(self.arrival_s, self.model, self.prompt_tokens.astype(np.int64),
+                            self.output_tokens.astype(np.int64), prefix_ids=self.prefix_ids, first_id=first_id)
 
 
 def generate_conversations(starts, mix, lengths, model_names: list[str], conversations: Conversations,
@@ -127,7 +159,7 @@ def generate_conversations(starts, mix, lengths, model_names: list[str], convers
     times (``starts``); each turn's new message and answer are drawn as a generated request's prompt and output."""
     codes = {name: code for code, name in enumerate(model_names)}
     emitted = 0
-    ready: list[tuple[float, str, int, int, tuple[int, ...]]] = []
+    ready = Turns.empty()
     horizon = float("inf") if duration_s is None else duration_s
     done = False
     while not done:
@@ -140,13 +172,14 @@ def generate_conversations(starts, mix, lengths, model_names: list[str], convers
         # Every later conversation starts at or after the last start drawn: turns before it are final.
         until = float(times[-1]) if len(times) else float("inf")
         done = not len(times)
-        for turn in conversations.take(until):
-            if turn[0] > horizon or (max_requests is not None and emitted + len(ready) >= max_requests):
-                done = True
-                break
-            ready.append(turn)
-            if len(ready) == chunk_rows:
-                yield as_chunk(ready, emitted)
-                emitted, ready = emitted + len(ready), []
-    if ready:
-        yield as_chunk(ready, emitted)
+        turns = conversations.take(until)
+        kept = int(np.searchsorted(turns.arrival_s, horizon, side="right"))  # the first past the horizon ends it
+        if max_requests is not None:
+            kept = min(kept, max_requests - emitted - len(ready))
+        done = done or kept < len(turns)
+        ready = ready.joined(turns.picked(slice(0, kept)))
+        while len(ready) >= chunk_rows:
+            yield ready.picked(slice(0, chunk_rows)).as_chunk(emitted)
+            emitted, ready = emitted + chunk_rows, ready.picked(slice(chunk_rows, None))
+    if len(ready):
+        yield ready.as_chunk(emitted)
