@@ -122,7 +122,7 @@ def prefix_cache_blocks(cache) -> tuple[dict[tuple[int, int], int], list[tuple[t
         assert segment.key == key and 0 <= segment.held <= segment.cached and segment.cached > 0
         assert all(1 <= end <= segment.cached and n > 0 for end, n in segment.holder_runs().items())
         assert segment.held == max(segment.holder_runs(), default=0)
-        assert all(end < segment.held for end in segment.shorter) and (segment.longest > 0) == (segment.held > 0)
+        assert all(end < segment.held for end in segment.shorter or {}) and (segment.longest > 0) == (segment.held > 0)
         for offset in range(segment.held):
             holders[key, offset] = sum(n for end, n in segment.holder_runs().items() if end > offset)
         top = segment.cached

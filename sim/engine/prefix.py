@@ -95,12 +95,12 @@ class Segment:
         self.cached = 0
         self.held = 0  # the longest of its holders' runs
         self.longest = 0  # how many hold that run
-        self.shorter: dict[int, int] = {}  # the end of a shorter run -> how many hold it
+        self.shorter: dict[int, int] | None = None  # the end of a shorter run -> how many hold it (made when needed)
         self.runs: list[IdleRun] = []  # the idle blocks held..cached-1, the bottom (newest) run last
 
     def holder_runs(self) -> dict[int, int]:
         """The end of each holder's run -> how many hold that run."""
-        runs = dict(self.shorter)
+        runs = dict(self.shorter or {})
         if self.longest:
             runs[self.held] = self.longest
         return runs
@@ -127,6 +127,7 @@ class PrefixCache:
         self.cached_blocks = 0
         self.idle_blocks = 0  # cached blocks no request holds
         self.lru = IdleRun(Segment(0), 0, 0, 0)  # the list's sentinel: lru.next is the oldest run, lru.prev the newest
+        self._spare: list[IdleRun] = []  # runs off the list, made again by the next release (most releases make some)
 
     def __len__(self) -> int:
         return self.cached_blocks
@@ -168,10 +169,15 @@ class PrefixCache:
                 segment.longest += 1
             elif run < segment.held:
                 shorter = segment.shorter
+                if shorter is None:
+                    shorter = segment.shorter = {}
                 shorter[run] = shorter.get(run, 0) + 1
             else:
                 if segment.longest:
-                    segment.shorter[segment.held] = segment.longest
+                    shorter = segment.shorter
+                    if shorter is None:
+                        shorter = segment.shorter = {}
+                    shorter[segment.held] = segment.longest
                 segment.longest = 1
                 self._take_idle(segment, run)
             start = ends[i]
@@ -190,6 +196,7 @@ class PrefixCache:
             runs.pop()
             run.prev.next = run.next
             run.next.prev = run.prev
+            self._recycle(run)
 
     def insert_run(self, path: PrefixPath, start: int, end: int) -> int:
         """A request that holds the path's first ``start`` blocks filled the blocks ``start``..``end - 1``
@@ -211,7 +218,10 @@ class PrefixCache:
             if offset:  # its run grows: the longest, as the segment had no blocks past it
                 left = segment.longest - 1
                 if left:
-                    segment.shorter[offset] = left
+                    shorter = segment.shorter
+                    if shorter is None:
+                        shorter = segment.shorter = {}
+                    shorter[offset] = left
             segment.longest = 1
             self.cached_blocks += stop - offset
             segment.cached = segment.held = stop
@@ -234,6 +244,7 @@ class PrefixCache:
             run = min(ends[i], count) - first
             if run < segment.held:
                 shorter = segment.shorter
+                assert shorter is not None  # a run shorter than the longest is counted there
                 left = shorter[run] - 1
                 if left:
                     shorter[run] = left
@@ -244,10 +255,13 @@ class PrefixCache:
             else:
                 shorter = segment.shorter
                 held = 0
-                for end in shorter:  # a loop, not max(): compiled, it never boxes a key
-                    if end > held:
-                        held = end
-                segment.longest = shorter.pop(held) if held else 0
+                if shorter:
+                    for end in shorter:  # a loop, not max(): compiled, it never boxes a key
+                        if end > held:
+                            held = end
+                    segment.longest = shorter.pop(held)
+                else:
+                    segment.longest = 0
                 self._append_idle(segment, held, run, released_seq)
                 segment.held = held
                 freed += run - held
@@ -258,13 +272,25 @@ class PrefixCache:
     def _append_idle(self, segment: Segment, lo: int, hi: int, seq: int) -> None:
         """Blocks ``lo``..``hi - 1`` of ``segment`` went idle at ``seq``: the newest run, at the bottom of the
         segment's stack and the end of the eviction list."""
-        idle = IdleRun(segment, lo, hi, seq)
+        spare = self._spare
+        if spare:
+            idle = spare.pop()
+            idle.segment = segment
+            idle.lo = lo
+            idle.hi = hi
+            idle.seq = seq
+        else:
+            idle = IdleRun(segment, lo, hi, seq)
         lru = self.lru
         idle.prev = lru.prev
         idle.next = lru
         lru.prev.next = idle
         lru.prev = idle
         segment.runs.append(idle)
+
+    def _recycle(self, run: IdleRun) -> None:
+        run.segment = self.lru.segment  # not the segment it left, which may be forgotten
+        self._spare.append(run)
 
     def oldest_idle_seq(self) -> int:
         """When the idle block released longest ago was released (it is evicted next)."""
@@ -314,6 +340,7 @@ class PrefixCache:
                 lru.next = run.next
                 run.next.prev = lru
                 segment.runs.pop(0)  # not del: compiled, del is a generic call
+                self._recycle(run)
                 if not segment.cached:
                     del segments[segment.key]
         self.cached_blocks -= evicted
