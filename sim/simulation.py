@@ -87,8 +87,43 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     seed = scenario.seed if seed is None else seed
     policy_name = policy or scenario.policy.name
     policy_params = scenario.policy.params if params is None and policy is None else (params or {})
-    layouts = pool_layouts(scenario, base_dir)
+    env, engine = build_engine(scenario, base_dir, policy_name, policy_params, mode)
+    layouts = engine.pools
     profile = layouts[0].profile
+    trace_report = None
+    if chunks is None:
+        from sim.workload.rows import RowReport
+        from sim.workload.stream import iter_requests
+        trace_report = RowReport("") if scenario.workload.trace is not None else None
+        chunks = iter_requests(scenario.workload, seed=seed, base_dir=base_dir, report=trace_report)
+    rng = np.random.default_rng([seed, 1])
+    started = time.perf_counter()
+    with _user_code_errors(engine):
+        engine.policy.setup(engine.view)
+        _start_autoscaler(env, engine, scenario, layouts)
+        stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
+        next_arrival_s = lambda: stream.next_time  # noqa: E731
+        if engine.fleet is not None:
+            engine.fleet.next_arrival_s = next_arrival_s  # type: ignore[attr-defined]
+        Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario, len(engine.gpus)), next_arrival_s)
+        with _few_collections():
+            arrivals.run(env, engine, stream)
+    _drop_leftovers(engine)
+    check_accounted(engine, stream.seen)
+    wall_s = time.perf_counter() - started
+    tables = RunTables(RequestTable(engine.recorder), event_table(engine.recorder), sample_table(engine.recorder))
+    summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
+                        mode, wall_s)
+    summary["trace_rows"] = trace_report.counts() if trace_report is not None else None
+    return RunResult(tables, summary)
+
+
+def build_engine(scenario: Scenario, base_dir: Path, policy_name: str, policy_params: dict,
+                 mode: str = "fast") -> tuple[simpy.Environment, Engine]:
+    """The cluster, its deployments and the policy of ``scenario``, ready to run. Building it checks what only the
+    cost model knows (a deployment's ``max_model_len``, the host RAM its offloaded layers need), so a sweep builds
+    each of its runs up front."""
+    layouts = pool_layouts(scenario, base_dir)
     env = simpy.Environment()
     gpus, nodes = build_hardware(env, scenario, layouts)
     names = [m.deployment for m in scenario.models]
@@ -110,32 +145,7 @@ def simulate(scenario: Scenario, *, base_dir: Path = Path("."), policy: str | No
     engine.placement = {i: {"gpus": m.gpus, "replicas": m.replicas, "gpu_share": m.gpu_share, "demand": mix.get(m.deployment, 1.0),
                             "pools": [layout.index for layout in pool_preference(engine, scenario, layouts, i, rule)]}
                         for i, m in enumerate(scenario.models)}
-    trace_report = None
-    if chunks is None:
-        from sim.workload.rows import RowReport
-        from sim.workload.stream import iter_requests
-        trace_report = RowReport("") if scenario.workload.trace is not None else None
-        chunks = iter_requests(scenario.workload, seed=seed, base_dir=base_dir, report=trace_report)
-    rng = np.random.default_rng([seed, 1])
-    started = time.perf_counter()
-    with _user_code_errors(engine):
-        engine.policy.setup(engine.view)
-        _start_autoscaler(env, engine, scenario, layouts)
-        stream = arrivals.ArrivalStream(engine, chunks, scenario.workload.output_length_error, rng, on_progress)
-        next_arrival_s = lambda: stream.next_time  # noqa: E731
-        if engine.fleet is not None:
-            engine.fleet.next_arrival_s = next_arrival_s  # type: ignore[attr-defined]
-        Sampler(env, engine, scenario.sample_interval_s or _default_interval(scenario, len(gpus)), next_arrival_s)
-        with _few_collections():
-            arrivals.run(env, engine, stream)
-    _drop_leftovers(engine)
-    check_accounted(engine, stream.seen)
-    wall_s = time.perf_counter() - started
-    tables = RunTables(RequestTable(engine.recorder), event_table(engine.recorder), sample_table(engine.recorder))
-    summary = summarize(tables.requests, tables.samples, tables.events, scenario, engine, profile, policy_name, seed,
-                        mode, wall_s)
-    summary["trace_rows"] = trace_report.counts() if trace_report is not None else None
-    return RunResult(tables, summary)
+    return env, engine
 
 
 @contextmanager

@@ -133,18 +133,40 @@ def test_resume_after_kill_skips_finished_runs(tmp_path):
     assert list(read_index(out)["status"]) == ["ok"] * 12
 
 
+BOOM = """
+from sim.policies.static import StaticPolicy
+
+
+class Boom(StaticPolicy):
+    name = "boom"
+
+    def on_arrival(self, request, view):
+        raise ValueError("boom at an arrival")
+"""
+
+
 def test_failed_run_is_recorded_and_others_go_on(tmp_path):
-    path = write_sweep(tmp_path, {"profile": ["paper-rtx5000", "missing-profile.json"]})
+    (tmp_path / "boom.py").write_text(BOOM)
+    boom = f"{tmp_path}/boom.py:Boom"
+    path = write_sweep(tmp_path, {"policy.name": ["static", boom]})
     outcome = sweep(path, tmp_path / "out", workers=2)
     assert outcome["failed"] == 1 and outcome["ran"] == 2
-    index = read_index(tmp_path / "out").set_index("profile")
-    assert index.loc["paper-rtx5000", "status"] == "ok"
-    assert index.loc["missing-profile.json", "status"] == "failed"
-    assert "profile" in index.loc["missing-profile.json", "error"]
-    error = (tmp_path / "out" / "runs" / index.loc["missing-profile.json", "run_id"] / "error.txt").read_text()
-    assert "missing-profile.json" in error and "Traceback" not in error  # an input error: its line, no traceback
+    index = read_index(tmp_path / "out").set_index("policy.name")
+    assert index.loc["static", "status"] == "ok"
+    assert index.loc[boom, "status"] == "failed"
+    assert "boom at an arrival" in index.loc[boom, "error"]
+    error = (tmp_path / "out" / "runs" / index.loc[boom, "run_id"] / "error.txt").read_text()
+    assert "boom at an arrival" in error and "Traceback" not in error  # a user policy's error: its line
     again = sweep(path, tmp_path / "out", workers=1)
     assert again["skipped"] == 1 and again["ran"] == 1  # a failed run is retried, a finished one is not
+
+
+def test_a_missing_profile_is_refused_before_any_run(tmp_path):
+    """Was a failed run found as it ran (the others ran first): a run's cluster is now built up front."""
+    path = write_sweep(tmp_path, {"profile": ["paper-rtx5000", "missing-profile.json"]})
+    with pytest.raises(MmsimError, match="missing-profile.json") as refused:
+        expand(load_sweep(path), path)
+    assert "run missing-profile.json-" in str(refused.value)
 
 
 def test_ray_missing_says_how_to_install(monkeypatch):

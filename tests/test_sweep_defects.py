@@ -1,4 +1,5 @@
-"""Sweep defects: a report of a sweep with no finished run, and a resume after the base scenario changed."""
+"""Sweep defects: a report of a sweep with no finished run, a resume after the base scenario changed, and runs
+whose cluster cannot be built refused before any run starts."""
 
 from __future__ import annotations
 
@@ -88,3 +89,24 @@ def test_resume_refuses_runs_of_a_changed_base_scenario(tmp_path, capsys):
     write_sweep(tmp_path, SCENARIO)  # the same base again: its runs are this sweep's, and are kept
     with wall_clock_limit(60):
         assert sweep(path, out)["skipped"] == 2
+
+
+@pytest.mark.parametrize("axis, values, message", [
+    ("cluster.host_memory_gb", [256, 4], "more than the 4.0 GiB of a node's host memory"),
+    ("models.0.max_model_len", [4096, 100_000_000], "max_model_len 100,000,000 is more than the"),
+], ids=["offloaded-layers-beyond-host-ram", "max-model-len-beyond-kv-room"])
+def test_a_run_whose_cluster_cannot_be_built_is_refused_up_front(tmp_path, capsys, axis, values, message):
+    """Was found only when that run ran (status failed in the index, exit 1, after the other runs): what the engine
+    refuses as it is built (sim.engine.limits) is now checked for every run before any starts, as a bad axis
+    value is."""
+    scenario = {**SCENARIO, "cluster": {"nodes": 1, "gpus_per_node": 1, "gpu_memory_gb": 16},
+                "models": [{"name": "qwen3-32b", "dtype": "q4", "gpu_share": 0.6}],
+                "workload": {"generator": {**SCENARIO["workload"]["generator"], "mix": {"qwen3-32b": 1.0}}}}
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(scenario))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "base": "base.yaml", "axes": {axis: values}}, sort_keys=False))
+    with wall_clock_limit(60):
+        code, _, err = mmsim_in_process(capsys, "sweep", path, "--out", tmp_path / "out")
+    assert code == 2 and "Traceback" not in err, err
+    assert f"run {values[1]}-" in err and message in err, err
+    assert not (tmp_path / "out").exists()

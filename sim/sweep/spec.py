@@ -226,6 +226,7 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
         raise MmsimError(str(error), source=str(sweep_path), field="axes") from None
     names = list(spec.axes)
     tasks = []
+    built: set[str] = set()
     for combination in itertools.product(*(spec.axes[n] for n in names)):
         axes = dict(zip(names, combination))
         identifier = run_id(axes)
@@ -238,5 +239,30 @@ def expand(spec: SweepSpec, sweep_path: Path) -> list[RunTask]:
         scenario = parse_scenario(data, source, base_path.parent)
         scenario.check_requested_models(source)
         check_run_size(scenario, base_path.parent, source)
+        check_buildable(scenario, data, base_path.parent, source, built)
         tasks.append(RunTask(identifier, axes, data, str(base_path.parent)))
     return tasks
+
+
+CLUSTER_FREE_KEYS = frozenset({"name", "description", "seed", "policy", "workload", "slo"})
+"""Scenario keys a run's cluster is built without: runs that differ only in these (seeds, loads, policies) are one
+build."""
+
+
+def check_buildable(scenario, data: dict, base_dir: Path, source: str, built: set[str]) -> None:
+    """Refuse up front a run whose cluster cannot be built (a missing profile, a deployment's ``max_model_len``
+    beyond its KV room, its offloaded layers beyond a node's RAM): checked as its engine is made, which costs no
+    simulation, once for each cluster ``built`` has not seen. Made with the built-in ``static`` policy: these
+    limits do not depend on the policy, and a policy file named in the scenario must not run before the sweep's
+    ``--allow-policy-files`` is checked."""
+    from sim.simulation import build_engine
+
+    cluster = json.dumps({key: value for key, value in data.items() if key not in CLUSTER_FREE_KEYS},
+                         sort_keys=True, default=str)
+    if cluster in built:
+        return
+    try:
+        build_engine(scenario, base_dir, "static", {})
+    except MmsimError as error:
+        raise MmsimError(error.args[0], source=source, field=error.field) from None
+    built.add(cluster)
