@@ -98,6 +98,13 @@ class Segment:
         self.shorter: dict[int, int] | None = None  # the end of a shorter run -> how many hold it (made when needed)
         self.runs: list[IdleRun] = []  # the idle blocks held..cached-1, the bottom (newest) run last
 
+    def hold_shorter(self, end: int, count: int) -> None:
+        """``count`` more holders of a run ending at ``end``, short of the longest."""
+        shorter = self.shorter
+        if shorter is None:
+            shorter = self.shorter = {}
+        shorter[end] = shorter.get(end, 0) + count
+
     def holder_runs(self) -> dict[int, int]:
         """The end of each holder's run -> how many hold that run."""
         runs = dict(self.shorter or {})
@@ -168,16 +175,10 @@ class PrefixCache:
             if run == segment.held:
                 segment.longest += 1
             elif run < segment.held:
-                shorter = segment.shorter
-                if shorter is None:
-                    shorter = segment.shorter = {}
-                shorter[run] = shorter.get(run, 0) + 1
+                segment.hold_shorter(run, 1)
             else:
                 if segment.longest:
-                    shorter = segment.shorter
-                    if shorter is None:
-                        shorter = segment.shorter = {}
-                    shorter[segment.held] = segment.longest
+                    segment.hold_shorter(segment.held, segment.longest)
                 segment.longest = 1
                 self._take_idle(segment, run)
             start = ends[i]
@@ -218,10 +219,7 @@ class PrefixCache:
             if offset:  # its run grows: the longest, as the segment had no blocks past it
                 left = segment.longest - 1
                 if left:
-                    shorter = segment.shorter
-                    if shorter is None:
-                        shorter = segment.shorter = {}
-                    shorter[offset] = left
+                    segment.hold_shorter(offset, left)
             segment.longest = 1
             self.cached_blocks += stop - offset
             segment.cached = segment.held = stop
