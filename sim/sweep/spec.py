@@ -29,7 +29,7 @@ from sim.errors import MmsimError, validate_mapping
 from sim.sweep.axis_paths import CONVENIENCE_AXES, axis_keys, axis_tokens, set_path, spell
 from sim.files import cut
 from sim.runner import check_run_size
-from sim.scenario import parse_scenario, read_yaml
+from sim.scenario import Scenario, parse_scenario, read_yaml
 
 """Most keys an axis path may have (MAX_DEPTH of a data file: no field is deeper)."""
 MAX_RUNS = 100_000
@@ -249,7 +249,7 @@ CLUSTER_FREE_KEYS = frozenset({"name", "description", "seed", "policy", "workloa
 build."""
 
 
-def check_buildable(scenario, data: dict, base_dir: Path, source: str, built: set[str]) -> None:
+def check_buildable(scenario: Scenario, data: dict, base_dir: Path, source: str, built: set[str]) -> None:
     """Refuse up front a run whose cluster cannot be built (a missing profile, a deployment's ``max_model_len``
     beyond its KV room, its offloaded layers beyond a node's RAM): checked as its engine is made, which costs no
     simulation, once for each cluster ``built`` has not seen. Made with the built-in ``static`` policy: these

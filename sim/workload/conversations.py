@@ -56,8 +56,8 @@ def prompt_ids(model: int, tenant: int, conversation: int, system_tokens: int, p
 class Conversations:
     """Turns of conversations in arrival order, from conversation starts and per-turn draws.
 
-    Turns are kept as columns (arrival, the order they were made in, model, prompt and output tokens, prefix
-    ids): a conversation's turns are made at once, in numpy, and handed out sorted by (arrival, order)."""
+    A conversation's turns are made at once, in numpy, kept as :class:`Turns` and handed out sorted by (arrival,
+    order)."""
 
     def __init__(self, tenants: int, system_prompt_tokens: int, turns_low: int, turns_high: int,
                  think_time_s: float, block_tokens: int, rng: np.random.Generator):
@@ -148,8 +148,9 @@ class Turns:
         return Turns(*(np.concatenate(pair) for pair in zip(self._columns(), other._columns())))
 
     def as_chunk(self, first_id: int) -> RequestChunk:
-        return RequestChunk(self.arrival_s, self.model, self.prompt_tokens.astype(np.int64),
-                            self.output_tokens.astype(np.int64), prefix_ids=self.prefix_ids, first_id=first_id)
+        return RequestChunk(self.arrival_s, self.model, self.prompt_tokens.astype(np.int64, copy=False),
+                            self.output_tokens.astype(np.int64, copy=False), prefix_ids=self.prefix_ids,
+                            first_id=first_id)
 
 
 def generate_conversations(starts, mix, lengths, model_names: list[str], conversations: Conversations,
