@@ -113,7 +113,8 @@ def test_an_unload_waits_for_the_step_running_and_both_modes_see_it_end_at_the_s
     results = {m: simulate(scenario, policy=f"{path}:UnloadMidWindow", mode=m, chunks=chunks) for m in (mode, "exact")}
     events = {m: r.events for m, r in results.items()}
     swaps = {m: e.loc[e["kind"].eq("preempt_swap"), "time_s"].tolist() for m, e in events.items()}
-    assert len(swaps[mode]) == 2 and swaps[mode] == swaps["exact"]
+    # The same boundary: times equal up to the last bits of long sums, as everywhere fast meets exact.
+    assert len(swaps[mode]) == 2 and swaps[mode] == pytest.approx(swaps["exact"], rel=1e-9, abs=0)
     assert 9.5 <= swaps[mode][0] < 9.5 + 0.1  # the first iteration boundary after the unload, not a later one
     assert events[mode].loc[events[mode]["kind"].eq("unload"), "time_s"].tolist() == [swaps[mode][0]]
 

@@ -279,8 +279,10 @@ class Engine:
     def _could_start(self, instance: Instance, request: Request) -> bool:
         """Whether ``request`` might join ``instance``'s batch at its next iteration boundary.
 
-        Only then is a fast-forward window (or a time-shared run it takes part in) worth cutting short; the
-        check is conservative (free blocks only shrink while batches decode), so skipping it changes no result."""
+        Only then is a fast-forward window (or a time-shared run it takes part in) worth cutting short. A cut
+        restarts the closed-form times from the cut, so the answer must be that of the counters at now: free
+        blocks only shrink while batches decode, so the counters as last synced settle a no, and a yes is asked
+        again after a sync."""
         step, run = instance.gpu.current, instance.gpu.run
         if step is None or (self.reorders_waiting and not self.sorts_waiting_by_key):
             return True  # wherever the policy puts it, and whatever it does to the queue's order
@@ -295,11 +297,16 @@ class Engine:
             return False
         if step.prefills and request.prefix_ids is not None and instance.prefix_cache is not None:
             return True  # the chunks now running may fill blocks of its prefix: its need is not known yet
+        if self._start_blocks(instance, request) > instance.free_blocks():
+            return False
+        instance.gpu.sync()
+        return self._start_blocks(instance, request) <= instance.free_blocks()
+
+    def _start_blocks(self, instance: Instance, request: Request) -> int:
+        """The KV blocks ``request`` needs to start (waiting) or come back (swapped) at ``instance``."""
         if request.state == "waiting":
-            need = batching.start_need(self, instance, request)[0]
-        else:
-            need = blocks_for(request.context_tokens + 1, self.config.block_size)
-        return need <= instance.free_blocks()
+            return batching.start_need(self, instance, request)[0]
+        return blocks_for(request.context_tokens + 1, self.config.block_size)
 
     def drop(self, request: Request, reason: str) -> None:
         request.state = "dropped"

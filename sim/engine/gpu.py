@@ -93,7 +93,7 @@ class Gpu(AgendaEntry):
         it reads here, so counting the rest of the window would make fast and exact mode disagree.
         Callers sync first, so that the window's counters stand at the iteration now running."""
         step = self.current
-        if step is None or step.iterations < 1:
+        if step is None or step.remaining() < 1:
             return 0
         instance = step.instance
         return instance.phases.next_blocks(instance.iteration) * instance.block_bytes
@@ -117,7 +117,7 @@ class Gpu(AgendaEntry):
             # Woken by an event of its own, after whatever else happens at this instant (e.g. more arrivals).
             self.idle = False
             self._agenda.schedule(self, self.env._now)
-        elif self.run is not None or (self.current is not None and self.current.iterations > 1):
+        elif self.run is not None or (self.current is not None and self.current.remaining() > 1):
             self.cut_window()
 
     def sync(self) -> None:
@@ -126,7 +126,9 @@ class Gpu(AgendaEntry):
 
     def _sync_to(self, now: float) -> None:
         # Policies sync every GPU for each model they weigh: many times at one instant. After the first, whatever
-        # runs there has done nothing more (a step or run started since starts now).
+        # runs there has done nothing more (a step or run started since starts now). What a sync applies is a
+        # function of the clock alone (times are sums from the window's start, busy seconds credited whole at
+        # its end), so that how often a policy looks never moves a result, not even in its last bits.
         if now == self._synced_s:
             return
         self._synced_s = now
@@ -137,22 +139,20 @@ class Gpu(AgendaEntry):
         step = self.current
         if step is None or step.iterations <= 1:
             return
-        done = step.iterations_done_by(now - step.start_s)
-        if done <= 0:
+        # Never the last iteration: the step's end applies it, and finishes the requests it completes.
+        done = min(step.iterations_done_by(now - step.start_s), step.iterations - 1)
+        if done <= step.applied:
             return
         engine = self._engine
         assert engine is not None
-        elapsed = step.elapsed_s(done)
         instance = step.instance
-        if step.prefills:
+        if step.prefills:  # until the first iteration is applied
             instance.end_first_iteration(engine, step, step.start_s + step.elapsed_s(1))
             instance.advance(done - 1)
         else:
-            instance.advance(done)
-        ended = step.start_s + elapsed
-        step.rebase(done, elapsed, instance.context_tokens)
-        instance.busy_s += elapsed
-        self.add_busy(instance, elapsed)
+            instance.advance(done - step.applied)
+        step.applied = done
+        ended = step.start_s + step.elapsed_s(done)
         # What the finished iterations' ends would have set (_step_done): another GPU's step may have ended later.
         instance.last_used_s = ended
         if engine.last_progress_s < ended:
@@ -160,7 +160,7 @@ class Gpu(AgendaEntry):
 
     def _advance_run(self, run: TimeSharedRun, done: int) -> None:
         """Apply the first ``done`` iterations of ``run``: the step running is then the iteration after them."""
-        if done <= 0:
+        if done <= run.applied:
             return
         assert self._engine is not None
         run.apply(self._engine, done)
@@ -177,10 +177,10 @@ class Gpu(AgendaEntry):
             assert step is not None
             self._agenda.schedule(self, now + max(step.start_s + step.elapsed_s(1) - now, 0.0))  # the end moves earlier
             return
-        if step is None or step.iterations <= 1:
+        if step is None or step.remaining() <= 1:
             return
-        step.iterations = 1
-        self._agenda.schedule(self, now + max(step.start_s + step.elapsed_s(1) - now, 0.0))  # the end moves earlier
+        step.iterations = step.applied + 1
+        self._agenda.schedule(self, now + max(step.start_s + step.elapsed_s(step.iterations) - now, 0.0))
 
     def _next_instance(self) -> Instance | None:
         if len(self.instances) == 1:
@@ -254,13 +254,13 @@ class Gpu(AgendaEntry):
         assert step is not None and engine is not None
         self.current = None
         instance = step.instance
-        elapsed = now - step.start_s  # sync may have moved the start on
+        elapsed = now - step.start_s  # the whole step: syncs credit no busy time
         instance.busy_s += elapsed
         self.add_busy(instance, elapsed)
         instance.last_used_s = now
-        if step.iterations and step.computes_token():
+        if step.computes_token():
             engine.last_progress_s = now  # read by the progress guard; one store per step on the hot path
-        instance.complete(engine, step, step.iterations, now)
+        instance.complete(engine, step, step.remaining(), now)
         if instance.policy_preemptions:
             apply_policy_preemptions(engine, instance, now)
         self.blocked.clear()

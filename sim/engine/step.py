@@ -17,13 +17,15 @@ class Step:
     """What one GPU step does: after ``transfer_s`` of KV swaps, a first iteration (decodes, plus the
     prefill chunks in ``prefills``) taking ``first_iteration_s``, then ``iterations - 1`` decode
     iterations of ``batch`` sequences (fast-forward), whose context starts at ``next_context_tokens``
-    and grows by ``batch`` per iteration, each costing ``coefficients`` at its context.
+    and grows by ``batch`` per iteration, each costing ``coefficients`` at its context. ``applied``: how
+    many of them a sync has applied to the instance's counters already (never the last: the step's end
+    applies it). Every time is a sum from ``start_s``, whatever was applied: a sync only reads the clock.
 
     A plain class: as a mypyc dataclass it crashed the compiled build on import, its annotations
     naming a class of the instance module, which imports this one."""
 
     __slots__ = ("instance", "iterations", "coefficients", "batch", "next_context_tokens", "prefills",
-                 "first_iteration_s", "transfer_s", "start_s")
+                 "first_iteration_s", "transfer_s", "start_s", "applied")
 
     def __init__(self, instance: Instance, iterations: int, coefficients: StepCoefficients | None, batch: int,
                  next_context_tokens: int, prefills: list[tuple[Request, int]], first_iteration_s: float,
@@ -37,6 +39,7 @@ class Step:
         self.first_iteration_s = first_iteration_s
         self.transfer_s = transfer_s
         self.start_s = 0.0
+        self.applied = 0
 
     def elapsed_s(self, iterations: int) -> float:
         """Seconds from the step's start to the end of its ``iterations``-th iteration."""
@@ -59,15 +62,9 @@ class Step:
                 return True
         return False
 
-    def rebase(self, done: int, elapsed_s: float, context_tokens: int) -> None:
-        """The first ``done`` iterations (``elapsed_s`` seconds) are applied: the step is now the rest of
-        the window, a pure decode run starting at ``context_tokens``."""
-        assert self.coefficients is not None  # only windows of several iterations are rebased
-        self.start_s += elapsed_s
-        self.iterations -= done
-        self.transfer_s = 0.0
-        self.first_iteration_s = self.coefficients.step_s(context_tokens)
-        self.next_context_tokens = context_tokens + self.batch
+    def remaining(self) -> int:
+        """Iterations not yet applied, the one running included."""
+        return self.iterations - self.applied
 
     def iterations_done_by(self, seconds: float) -> int:
         """Whole iterations finished ``seconds`` after the start: the largest k with ``elapsed_s(k) <= seconds``.

@@ -38,11 +38,14 @@ class TimeSharedRun:
     ``members[order[j]]``'s while j < len(order); after that ``order[period_start:]`` repeats. A member's
     batch (``batches``) decodes from ``contexts`` tokens, growing by the batch each of its iterations, each
     costing ``coefficients`` at its context. ``turns[j]`` is the GPU's round-robin position while iteration
-    j runs; ``counts[j * len(members) + r]`` how many of the first j iterations are member r's. The first
-    iteration is the one running. ``instances``: the GPU's active instances, members or stuck."""
+    j runs; ``counts[j * len(members) + r]`` how many of the first j iterations are member r's. ``applied``:
+    how many of them syncs have applied to the members' counters (never the last: it ends as a step of its own);
+    the one after them is running. Every time is a sum from ``start_s`` and each member's busy seconds its base
+    (``busy_base_s``, the GPU's last) plus its iterations' in closed form, whatever was applied before: a sync
+    only reads the clock. ``instances``: the GPU's active instances, members or stuck."""
 
     __slots__ = ("instances", "members", "coefficients", "batches", "contexts", "order", "turns", "period_start",
-                 "counts", "iterations", "start_s", "_asked_s", "_done_by_asked")
+                 "counts", "iterations", "start_s", "applied", "busy_base_s", "_asked_s", "_done_by_asked")
 
     def __init__(self, instances: list[Instance], members: list[Instance], order: list[int], turns: list[int],
                  period_start: int, start_s: float):
@@ -58,6 +61,10 @@ class TimeSharedRun:
         self._count()
         self.iterations = 0
         self.start_s = start_s
+        self.applied = 0
+        # Busy seconds before the run: each member's, then those of the GPUs they span (the same for all members).
+        spans = members[0].shards or [members[0].gpu]
+        self.busy_base_s: list[float] = [m.busy_s for m in members] + [gpu.busy_s for gpu in spans]
         # done_by's last question and answer: policies sync a GPU many times at one instant (e.g. swap-aware
         # pricing each victim), and each answer is a search over elapsed_s.
         self._asked_s = math.nan
@@ -75,8 +82,13 @@ class TimeSharedRun:
 
     @property
     def turn(self) -> int:
-        """The GPU's round-robin position while the first iteration runs."""
-        return self.turns[0]
+        """The GPU's round-robin position while the running iteration (the first not applied) runs."""
+        return self.turns[self.position(self.applied)]
+
+    def position(self, iteration: int) -> int:
+        """Where iteration ``iteration`` (from 0) of the run stands in the listed order."""
+        length, start = len(self.order), self.period_start
+        return iteration if iteration < length else start + (iteration - length) % (length - start)
 
     def own(self, r: int, iterations: int) -> int:
         """How many of the first ``iterations`` iterations are member ``r``'s."""
@@ -190,51 +202,41 @@ class TimeSharedRun:
         return last_at_most(lambda iterations: float(self.blocks_bytes(iterations)), float(free_bytes), 1, limit - 1)
 
     def apply(self, engine: Engine, done: int) -> None:
-        """The first ``done`` iterations (but not all) have ended: apply them to the members' counters, busy and
-        last-used times and the progress guard's last progress, as each iteration's end would have, and make
-        the run the rest of itself, whose first iteration is the one running."""
+        """The first ``done`` iterations (more than ``applied``, but not all) have ended: apply the ones not yet
+        applied to the members' counters, and set busy and last-used times and the progress guard's last
+        progress as each iteration's end would have."""
         start = self.start_s
+        applied = self.applied
+        members = self.members
+        total_busy_s = 0.0
         r = 0
-        while r < len(self.members):
+        while r < len(members):
             own = self.own(r, done)
             if own > 0:
-                member = self.members[r]
+                member = members[r]
                 busy = self.coefficients[r].steps_s(self.contexts[r], self.batches[r], own)
-                member.busy_s += busy
-                member.gpu.add_busy(member, busy)
+                member.busy_s = self.busy_base_s[r] + busy
+                total_busy_s += busy
                 member.last_used_s = start + self.elapsed_s(self.occurrence(r, own) + 1)  # its last iteration's end
-                member.advance(own)
+                member.advance(own - self.own(r, applied))
             r += 1
+        spans = members[0].shards or [members[0].gpu]
+        for g in range(len(spans)):
+            spans[g].busy_s = self.busy_base_s[len(members) + g] + total_busy_s
         ended = start + self.elapsed_s(done)
         if engine.last_progress_s < ended:  # another GPU's step may have ended later
             engine.last_progress_s = ended
-        self._rebase(done)
-        self.contexts = [m.context_tokens for m in self.members]
-        self.iterations -= done
-        self.start_s = ended
-        self._asked_s = math.nan
-
-    def _rebase(self, done: int) -> None:
-        """Make iteration ``done`` the first of the listed order."""
-        length, start = len(self.order), self.period_start
-        position = done if done < length else start + (done - length) % (length - start)
-        if position >= start:  # from here on the order only repeats
-            self.order = self.order[position:] + self.order[start:position]
-            self.turns = self.turns[position:] + self.turns[start:position]
-            self.period_start = 0
-        else:
-            self.order = self.order[position:]
-            self.turns = self.turns[position:]
-            self.period_start = start - position
-        self._count()
+        self.applied = done
 
     def running_step(self) -> Step:
-        """The run's first iteration (the one running) as a one-iteration step of its instance, timed as the
+        """The iteration running (the first not applied) as a one-iteration step of its instance, timed as the
         run times it."""
-        r = self.order[0]
-        member, coefficients, batch, context = self.members[r], self.coefficients[r], self.batches[r], self.contexts[r]
+        applied = self.applied
+        r = self.order[self.position(applied)]
+        member, coefficients, batch = self.members[r], self.coefficients[r], self.batches[r]
+        context = self.contexts[r] + batch * self.own(r, applied)
         step = Step(member, 1, coefficients, batch, context + batch, [], coefficients.step_s(context), 0.0)
-        step.start_s = self.start_s
+        step.start_s = self.start_s + self.elapsed_s(applied)
         return step
 
 

@@ -1,0 +1,98 @@
+"""Looking does not change what happens: a policy that syncs GPUs (``view.sync``, before reading their counters)
+at extra moments gets the same run, bit for bit, as one that does not.
+
+A sync applies the iterations a fast-forward window (or time-shared run) has finished by now. If it also moved
+the window's time origin, every later boundary would be a sum from a different start, so how often a policy
+looked would move results in their last bits and, at a near-tie, flip a decision. The reference here is each
+built-in policy itself; the observed variant syncs every GPU at each hook, before and after the policy's own
+work, and at timers every 0.37 s, mid-window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from sim.policies.registry import get_policy_class, policy_descriptions, register
+from sim.scenario import load_scenario
+from sim.simulation import simulate
+
+from conftest import wall_clock_limit
+from test_policy_properties import SCENARIO, chunks, requests_strategy
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILTINS = ("static", "fcfs-swap", "time-slice", "swap-aware", "offload-aware", "slo-aware", "prefix-swap-aware")
+TIMER_PERIOD_S = 0.37  # not a multiple of anything the scenarios use: lands inside decode windows
+
+
+def sync_all(view) -> None:
+    for gpu in view.gpus:
+        view.sync(gpu)
+
+
+def observed(name: str) -> str:
+    """Register built-in ``name`` syncing every GPU around each of its hooks and at timers; the new name."""
+    base = get_policy_class(name)
+
+    def around(hook: str):
+        original = getattr(base, hook)
+
+        def wrapped(self, *args):
+            view = args[-1]
+            sync_all(view)
+            result = original(self, *args)
+            sync_all(view)
+            return result
+        return wrapped
+
+    def setup(self, view):
+        base.setup(self, view)
+
+        def tick(view):
+            sync_all(view)
+            if any(i.has_work or i.status != "ready" for i in view.instances()):  # else the run may be over
+                view.call_at(view.now + TIMER_PERIOD_S, tick)
+        view.call_at(TIMER_PERIOD_S, tick)
+
+    hooks = {hook: around(hook) for hook in ("on_arrival", "on_finish", "on_instance_ready", "on_unloaded", "route")}
+    cls = type(base.__name__ + "Observed", (base,), {"name": f"{name}-observed", "setup": setup, **hooks})
+    register(cls)
+    return cls.name
+
+
+OBSERVED = {name: observed(name) for name in BUILTINS}
+
+
+def same_run(first, second) -> None:
+    for table in ("requests", "events", "timeseries"):
+        a, b = getattr(first, table), getattr(second, table)
+        assert a.equals(b), f"{table} differ"
+    for key, value in first.summary.items():
+        if key != "policy" and "wall" not in key:  # the policy's name, and how long the run took
+            assert second.summary.get(key) == value, key
+
+
+def test_every_builtin_is_observed():
+    assert set(BUILTINS) <= set(policy_descriptions())
+
+
+@pytest.mark.parametrize("scenario_name", ["mixed", "offload", "prefix-sharing"])
+@pytest.mark.parametrize("policy", BUILTINS)
+def test_syncing_more_changes_nothing_on_shipped_scenarios(scenario_name, policy):
+    path = ROOT / "scenarios" / f"{scenario_name}.yaml"
+    scenario = load_scenario(path)
+    with wall_clock_limit(120):
+        plain = simulate(scenario, base_dir=path.parent, policy=policy, params={})
+        looked = simulate(scenario, base_dir=path.parent, policy=OBSERVED[policy], params={})
+    same_run(plain, looked)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=requests_strategy)
+@pytest.mark.parametrize("policy", BUILTINS)
+def test_syncing_more_changes_nothing_on_random_workloads(policy, requests):
+    with wall_clock_limit(60):
+        plain = simulate(SCENARIO, policy=policy, params={}, chunks=chunks(requests))
+        looked = simulate(SCENARIO, policy=OBSERVED[policy], params={}, chunks=chunks(requests))
+    same_run(plain, looked)
