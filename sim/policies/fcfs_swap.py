@@ -102,6 +102,8 @@ def kv_reserve_bytes(gpu: Gpu, reserve_bytes: float, leaving: Instance | None = 
 def gpu_with_room(view: ClusterView, model: int, gpu_share: float | None = None, reserve_bytes: float = 0.0) -> Gpu | None:
     """A GPU whose free memory already holds the model's weights and the KV reserve (most free memory first), or None."""
     need = view.footprint_bytes(model, gpu_share)
+    if not any(weights_room_bytes(gpu, reserve_bytes) >= need for gpu in view.gpus):
+        return None  # settled without the counters a sync would bring up to now
     for gpu in view.gpus:
         view.sync(gpu)  # all before any is read: a parallel instance's KV sits on GPUs other than the one it steps on
     best: Gpu | None = None
@@ -111,6 +113,14 @@ def gpu_with_room(view: ClusterView, model: int, gpu_share: float | None = None,
         if room >= need and (best is None or room > best_room or (room == best_room and gpu.index < best.index)):
             best, best_room = gpu, room  # the most room; the lowest index on a tie
     return best
+
+
+def weights_room_bytes(gpu: Gpu, reserve_bytes: float) -> float:
+    """What :func:`room_bytes` can be at most, whatever the KV: the memory no instance's weights and reserve take."""
+    resident = 0
+    for instance in gpu.instances:
+        resident += instance.resident_bytes
+    return gpu.capacity_bytes - resident - kv_reserve_bytes(gpu, reserve_bytes)
 
 
 def room_bytes(gpu: Gpu, reserve_bytes: float) -> float:
@@ -146,10 +156,15 @@ def head_blocks(instance: Instance) -> int:
     return start_blocks(queue[0], instance.config.block_size) if queue else 0
 
 
-def stuck(instance: Instance) -> bool:
-    """Ready, running nothing, and holding queued work whose next request cannot get its KV blocks."""
+def idle_with_queue(instance: Instance) -> bool:
+    """Ready, running nothing, and holding queued work (what a sync cannot change)."""
     return (instance.status == "ready" and not instance.running and not instance.prefilling
-            and 0 < head_blocks(instance) > instance.free_blocks())
+            and bool(instance.swapped or instance.waiting))
+
+
+def stuck(instance: Instance) -> bool:
+    """Idle with queued work whose next request cannot get its KV blocks."""
+    return idle_with_queue(instance) and head_blocks(instance) > instance.free_blocks()
 
 
 def unblock(view: ClusterView, gpu: Gpu) -> None:
@@ -160,10 +175,12 @@ def unblock(view: ClusterView, gpu: Gpu) -> None:
     that cannot start (models packed with no KV room between them), all but the one holding the oldest request
     are unloaded, their requests going back to be placed again: otherwise none of them would ever run.
     """
-    view.sync(gpu)
     for instance in gpu.instances:
         if len(instance.waiting) > 1:  # asked on every arrival and finish: a queue of one is in order
             view.order_waiting(instance)  # the head admission will try next is the one that must fit
+    if not any(idle_with_queue(instance) for instance in gpu.instances):
+        return  # nobody can be stuck: no free-memory reading, no sync
+    view.sync(gpu)
     for instance in gpu.instances:
         if stuck(instance):
             make_room(view, gpu, instance)

@@ -335,7 +335,6 @@ class SwapAwarePolicy(Policy):
             if idle and eviction_group(view, model, idle, reserve) is not None:  # victim names the GPU it measures
                 return False
             for instance in busy:
-                view.sync(instance.gpu)  # as the search does: what an eviction loses (a prefix cache) grows with steps
                 cheapest_s = min(cheapest_s, self.eviction_cost_s(view, instance, self.victim_reload_s(view, instance)))
             if busy:
                 for instance in idle + busy:  # a group's first victim, whose GPU its newcomer would load at

@@ -228,7 +228,10 @@ class ClusterView:
         """GPU memory of ``instance``'s cached prompt-prefix blocks (held or idle): what unloading it loses,
         unless it keeps them in host RAM."""
         cache = instance.prefix_cache
-        return 0 if cache is None else cache.cached_blocks * instance.block_bytes
+        if cache is None:
+            return 0
+        instance.gpu.sync()  # a prefill chunk's end, which a window may not have applied yet, fills blocks
+        return cache.cached_blocks * instance.block_bytes
 
     def host_room_for(self, node: int, nbytes: int) -> bool:
         """Whether ``node``'s RAM has ``nbytes`` free beside offloaded layers, swapped KV, cached weights and prefixes."""
