@@ -115,12 +115,17 @@ def gpu_with_room(view: ClusterView, model: int, gpu_share: float | None = None,
     return best
 
 
-def weights_room_bytes(gpu: Gpu, reserve_bytes: float) -> float:
-    """What :func:`room_bytes` can be at most, whatever the KV: the memory no instance's weights and reserve take."""
+def unweighted_bytes(gpu: Gpu) -> int:
+    """The memory of ``gpu`` no instance's weights and reserve take: its free memory at most, whatever the KV."""
     resident = 0
     for instance in gpu.instances:
         resident += instance.resident_bytes
-    return gpu.capacity_bytes - resident - kv_reserve_bytes(gpu, reserve_bytes)
+    return gpu.capacity_bytes - resident
+
+
+def weights_room_bytes(gpu: Gpu, reserve_bytes: float) -> float:
+    """What :func:`room_bytes` can be at most, whatever the KV."""
+    return unweighted_bytes(gpu) - kv_reserve_bytes(gpu, reserve_bytes)
 
 
 def room_bytes(gpu: Gpu, reserve_bytes: float) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sim.policies.base import mypyc_attr
+from sim.policies.fcfs_swap import unweighted_bytes
 from sim.policies.registry import register
 from sim.policies.swap_aware import SwapAwarePolicy
 
@@ -96,7 +97,10 @@ class OffloadAwarePolicy(SwapAwarePolicy):
         layers = costs.num_layers
         below = costs.gpu_layers(view.deployment_share(model)) - 1  # a partial copy holds fewer layers than a whole one
         best_share, best_gpu = 0.0, None
+        one_layer = view.footprint_bytes(model, 1 / layers)
         for gpu in view.gpus:
+            if unweighted_bytes(gpu) - reserve < one_layer:
+                continue  # not one layer fits, whatever the KV: settled without a sync
             view.sync(gpu)
             room = gpu.free_bytes() - gpu.in_flight_bytes() - reserve
             # A footprint grows with the layers: the most that fit are found by bisection, not one count at a time.

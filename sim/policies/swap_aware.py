@@ -236,8 +236,8 @@ class SwapAwarePolicy(Policy):
     def kv_reserve_bytes(self, view: ClusterView, model: int) -> float:
         """KV room ``model`` needs next to other models: ``kv_reserve_tokens`` of its own cache, and at least what
         its oldest pending request needs to start."""
-        pending = view.pending(model)
-        head = start_bytes(view, pending[0]) if pending else 0
+        first = view.pending_head(model)
+        head = start_bytes(view, first) if first is not None else 0
         return max(self.kv_reserve_tokens * view.costs(model).kv_bytes_per_token, head)
 
     def victim_reload_s(self, view: ClusterView, victim: Instance) -> float:
