@@ -297,10 +297,17 @@ class Engine:
             return False
         if step.prefills and request.prefix_ids is not None and instance.prefix_cache is not None:
             return True  # the chunks now running may fill blocks of its prefix: its need is not known yet
-        if self._start_blocks(instance, request) > instance.free_blocks():
+        need = self._start_blocks(instance, request)
+        if need > instance.free_blocks():
             return False
+        cache = instance.prefix_cache
+        cached = 0 if cache is None else cache.cached_blocks
         instance.gpu.sync()
-        return self._start_blocks(instance, request) <= instance.free_blocks()
+        # The step synced ends no prefill of this instance here (that case returned above), so its cache can only
+        # have lost idle blocks, to decodes taking free memory: the need is asked again only then.
+        if cache is not None and cache.cached_blocks != cached:
+            need = self._start_blocks(instance, request)
+        return need <= instance.free_blocks()
 
     def _start_blocks(self, instance: Instance, request: Request) -> int:
         """The KV blocks ``request`` needs to start (waiting) or come back (swapped) at ``instance``."""
