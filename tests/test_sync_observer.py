@@ -21,6 +21,7 @@ from sim.simulation import simulate
 from sim.workload.chunk import RequestChunk
 
 from conftest import assert_same_times, scenario_dict, wall_clock_limit
+from test_fleet_random import chunk as fleet_chunk, fleets
 from test_policy_properties import SCENARIO, chunks, requests_strategy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,6 +99,13 @@ def test_syncing_more_changes_nothing_on_shipped_scenarios(scenario_name, policy
     same_run(plain, looked)
 
 
+@pytest.mark.parametrize("scenario_name", ["large-models", "mixed-fleet"])
+@pytest.mark.parametrize("policy", ["static", "swap-aware"])
+def test_syncing_more_changes_nothing_on_parallel_deployments_and_fleets(scenario_name, policy):
+    """Tensor-parallel instances (their KV on GPUs they do not step on) and node pools of two GPU types."""
+    test_syncing_more_changes_nothing_on_shipped_scenarios(scenario_name, policy)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=requests_strategy)
 @pytest.mark.parametrize("policy", BUILTINS)
@@ -127,3 +135,16 @@ def test_an_arrival_at_the_instant_a_window_ends_finishes_its_request_then():
             for mode in ("fast", "exact")}
     assert runs["fast"].requests.loc[0, "finish_s"] == window_end_s
     assert_same_times(runs["fast"].requests, runs["exact"].requests)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=fleets())
+def test_syncing_more_changes_nothing_on_random_elastic_fleets(case):
+    """Autoscaled pools with cold starts: the controller's decisions read counters it syncs itself."""
+    scenario, rows, policy = case
+    with wall_clock_limit(60):
+        plain = simulate(scenario, policy=policy, params={}, chunks=fleet_chunk(rows))
+        looked = simulate(scenario, policy=LOOKED_AT[policy], params={}, chunks=fleet_chunk(rows))
+        timed = simulate(scenario, policy=OBSERVED[policy], params={}, chunks=fleet_chunk(rows))
+    same_run(plain, looked)
+    same_run(plain, timed, samples=False)
