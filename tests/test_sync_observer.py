@@ -84,6 +84,17 @@ def same_run(first, second, samples: bool = True) -> None:
             assert second.summary.get(key) == value, key
 
 
+def looked_at_and_timed(scenario, policy: str, requests) -> None:
+    """``policy`` on ``scenario`` (``requests()``: its chunks) the same alone, synced around its hooks, and synced at
+    timers too."""
+    with wall_clock_limit(60):
+        plain = simulate(scenario, policy=policy, params={}, chunks=requests())
+        looked = simulate(scenario, policy=LOOKED_AT[policy], params={}, chunks=requests())
+        timed = simulate(scenario, policy=OBSERVED[policy], params={}, chunks=requests())
+    same_run(plain, looked)
+    same_run(plain, timed, samples=False)
+
+
 def test_every_builtin_is_observed():
     assert set(BUILTINS) <= set(policy_descriptions())
 
@@ -110,12 +121,7 @@ def test_syncing_more_changes_nothing_on_parallel_deployments_and_fleets(scenari
 @given(requests=requests_strategy)
 @pytest.mark.parametrize("policy", BUILTINS)
 def test_syncing_more_changes_nothing_on_random_workloads(policy, requests):
-    with wall_clock_limit(60):
-        plain = simulate(SCENARIO, policy=policy, params={}, chunks=chunks(requests))
-        looked = simulate(SCENARIO, policy=LOOKED_AT[policy], params={}, chunks=chunks(requests))
-        timed = simulate(SCENARIO, policy=OBSERVED[policy], params={}, chunks=chunks(requests))
-    same_run(plain, looked)
-    same_run(plain, timed, samples=False)
+    looked_at_and_timed(SCENARIO, policy, lambda: chunks(requests))
 
 
 def test_an_arrival_at_the_instant_a_window_ends_finishes_its_request_then():
@@ -142,9 +148,4 @@ def test_an_arrival_at_the_instant_a_window_ends_finishes_its_request_then():
 def test_syncing_more_changes_nothing_on_random_elastic_fleets(case):
     """Autoscaled pools with cold starts: the controller's decisions read counters it syncs itself."""
     scenario, rows, policy = case
-    with wall_clock_limit(60):
-        plain = simulate(scenario, policy=policy, params={}, chunks=fleet_chunk(rows))
-        looked = simulate(scenario, policy=LOOKED_AT[policy], params={}, chunks=fleet_chunk(rows))
-        timed = simulate(scenario, policy=OBSERVED[policy], params={}, chunks=fleet_chunk(rows))
-    same_run(plain, looked)
-    same_run(plain, timed, samples=False)
+    looked_at_and_timed(scenario, policy, lambda: fleet_chunk(rows))
