@@ -29,6 +29,7 @@ from sim.engine.step import Step, last_at_most
 
 if TYPE_CHECKING:  # the engine and the GPU import this module
     from sim.engine.engine import Engine
+    from sim.engine.gpu import Gpu
 
 NEVER: Final = 1 << 62
 
@@ -40,12 +41,13 @@ class TimeSharedRun:
     costing ``coefficients`` at its context. ``turns[j]`` is the GPU's round-robin position while iteration
     j runs; ``counts[j * len(members) + r]`` how many of the first j iterations are member r's. ``applied``:
     how many of them syncs have applied to the members' counters (never the last: it ends as a step of its own);
-    the one after them is running. Every time is a sum from ``start_s`` and each member's busy seconds its base
-    (``busy_base_s``, the GPU's last) plus its iterations' in closed form, whatever was applied before: a sync
-    only reads the clock. ``instances``: the GPU's active instances, members or stuck."""
+    the one after them is running. Every time is a sum from ``start_s``, and the busy seconds of each member and of
+    each GPU they span (``spans``) are those before the run plus its iterations' in closed form, whatever was applied
+    before: a sync only reads the clock. ``instances``: the GPU's active instances, members or stuck."""
 
     __slots__ = ("instances", "members", "coefficients", "batches", "contexts", "order", "turns", "period_start",
-                 "counts", "iterations", "start_s", "applied", "busy_base_s", "_asked_s", "_done_by_asked")
+                 "counts", "iterations", "start_s", "applied", "spans", "member_busy_s", "span_busy_s", "_asked_s",
+                 "_done_by_asked")
 
     def __init__(self, instances: list[Instance], members: list[Instance], order: list[int], turns: list[int],
                  period_start: int, start_s: float):
@@ -62,9 +64,9 @@ class TimeSharedRun:
         self.iterations = 0
         self.start_s = start_s
         self.applied = 0
-        # Busy seconds before the run: each member's, then those of the GPUs they span (the same for all members).
-        spans = members[0].shards or [members[0].gpu]
-        self.busy_base_s: list[float] = [m.busy_s for m in members] + [gpu.busy_s for gpu in spans]
+        self.spans: list[Gpu] = members[0].shards or [members[0].gpu]  # the same GPUs for every member
+        self.member_busy_s: list[float] = [m.busy_s for m in members]  # busy seconds before the run
+        self.span_busy_s: list[float] = [gpu.busy_s for gpu in self.spans]
         # done_by's last question and answer: policies sync a GPU many times at one instant (e.g. swap-aware
         # pricing each victim), and each answer is a search over elapsed_s.
         self._asked_s = math.nan
@@ -215,14 +217,14 @@ class TimeSharedRun:
             if own > 0:
                 member = members[r]
                 busy = self.coefficients[r].steps_s(self.contexts[r], self.batches[r], own)
-                member.busy_s = self.busy_base_s[r] + busy
+                member.busy_s = self.member_busy_s[r] + busy
                 total_busy_s += busy
                 member.last_used_s = start + self.elapsed_s(self.occurrence(r, own) + 1)  # its last iteration's end
                 member.advance(own - self.own(r, applied))
             r += 1
-        spans = members[0].shards or [members[0].gpu]
+        spans = self.spans
         for g in range(len(spans)):
-            spans[g].busy_s = self.busy_base_s[len(members) + g] + total_busy_s
+            spans[g].busy_s = self.span_busy_s[g] + total_busy_s
         ended = start + self.elapsed_s(done)
         if engine.last_progress_s < ended:  # another GPU's step may have ended later
             engine.last_progress_s = ended
