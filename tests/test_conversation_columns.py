@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import sim.workload.generator as generator
 from sim.scenario import parse_scenario
 from sim.workload.chunk import RequestChunk
-from sim.workload.conversations import prompt_ids
+from sim.workload.conversations import prompt_ids, start_next
 from tests.conftest import scenario_dict
 
 
@@ -54,12 +54,7 @@ def heap_generate(starts, mix, lengths, model_names, conversations, max_requests
     emitted, ready, done = 0, [], False
     horizon = float("inf") if duration_s is None else duration_s
     while not done:
-        times = starts.take(chunk_rows)
-        if len(times):
-            models = mix.draw(len(times))
-            messages, outputs = lengths.draw(len(times) * most_turns)
-            conversations.start(times, models, np.array([codes[m] for m in models]),
-                                np.reshape(messages, (len(times), most_turns)), np.reshape(outputs, (len(times), most_turns)))
+        times = start_next(starts, mix, lengths, codes, conversations, chunk_rows, most_turns)  # the draws both share
         until = float(times[-1]) if len(times) else float("inf")
         done = not len(times)
         for turn in conversations.take(until):

@@ -153,6 +153,21 @@ class Turns:
                             first_id=first_id)
 
 
+def start_next(starts, mix, lengths, codes: dict[str, int], conversations, chunk_rows: int,
+               most_turns: int) -> np.ndarray:
+    """Start the next (up to ``chunk_rows``) conversations of ``starts``, each with its model drawn from ``mix`` and
+    each of its possible turns' new message and answer from ``lengths``; their start times (none: the starts are
+    over)."""
+    times = starts.take(chunk_rows)
+    if len(times):
+        models = mix.draw(len(times))
+        messages, outputs = lengths.draw(len(times) * most_turns)
+        shape = (len(times), most_turns)
+        conversations.start(times, models, np.array([codes[m] for m in models]), np.reshape(messages, shape),
+                            np.reshape(outputs, shape))
+    return times
+
+
 def generate_conversations(starts, mix, lengths, model_names: list[str], conversations: Conversations,
                            max_requests: int | None, duration_s: float | None, chunk_rows: int,
                            most_turns: int) -> Iterator[RequestChunk]:
@@ -164,12 +179,7 @@ def generate_conversations(starts, mix, lengths, model_names: list[str], convers
     horizon = float("inf") if duration_s is None else duration_s
     done = False
     while not done:
-        times = starts.take(chunk_rows)
-        if len(times):
-            models = mix.draw(len(times))
-            messages, outputs = lengths.draw(len(times) * most_turns)
-            conversations.start(times, models, np.array([codes[m] for m in models]),
-                                np.reshape(messages, (len(times), most_turns)), np.reshape(outputs, (len(times), most_turns)))
+        times = start_next(starts, mix, lengths, codes, conversations, chunk_rows, most_turns)
         # Every later conversation starts at or after the last start drawn: turns before it are final.
         until = float(times[-1]) if len(times) else float("inf")
         done = not len(times)
