@@ -10,6 +10,7 @@ these functions without the simulator's other dependencies
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def validate_command(profile_ref: str, model: str | None, device: str | None, sh
                      as_json: bool, record: bool, threads: int | None = None) -> dict:
     """Compare the profile's predicted decode tokens/s with a real torch loop on this machine."""
     profile = load_profile(profile_ref)
-    if record and not Path(profile_ref).is_file():
+    if record and not os.path.isfile(profile_ref):
         raise MmsimError(f"--record writes into a profile file; {profile_ref!r} is a built-in profile")
     calibrated_on = profile.hardware.software.get("calibrated_device")
     target = resolve_device(None, device or calibrated_on or "cuda")
@@ -117,7 +118,7 @@ def interconnect_command(path: Path, cpu_ranks: int, repeats: int, timeout_s: fl
     """Measure the interconnect between this node's GPUs into the profile file at ``path``; returns the section
     written, or None where fewer than two GPUs leave the profile as it is. With ``cpu_ranks`` the same benchmark
     runs over that many CPU processes with gloo instead (a check of the benchmark, not of a GPU link)."""
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise MmsimError("is not a profile file; write one first (mmsim calibrate, or mmsim profiles show NAME "
                          "--json > FILE)", source=str(path))
     load_profile(str(path))  # a bad profile is refused before any measuring

@@ -35,6 +35,8 @@ def check_regular_file(path: Path, what: str = "file") -> Path:
         raise MmsimError(f"{what} not found", source=str(path)) from None
     except OSError as error:
         raise MmsimError(f"cannot read {what} ({error.strerror})", source=str(path)) from None
+    except ValueError:  # a NUL byte, which no file name can hold (a YAML "\0" escape makes one)
+        raise MmsimError(f"cannot read {what} (a file name cannot hold a NUL byte)", source=str(path)) from None
     article = "an" if what[:1] in "aeiou" else "a"
     if stat.S_ISDIR(mode):
         raise MmsimError(f"is a folder, not {article} {what}", source=str(path))

@@ -14,6 +14,8 @@ from sim.errors import MmsimError
 
 DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
                errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EFBIG: "file too large"}
+PATH_ERRORS = {errno.ENAMETOOLONG: "a name in it is too long", errno.ELOOP: "its symbolic links loop"}
+"""What makes a path given on the command line or in an input file unusable, whatever it was meant to name."""
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -202,3 +204,11 @@ def disk_error(error: OSError, path: Path | str) -> MmsimError | None:
     if reason is None:
         return None
     return MmsimError(f"cannot write: {reason}", source=str(path))
+
+
+def path_error(error: OSError) -> MmsimError | None:
+    """A one-line user error for a path the system cannot look up (a name too long, links that loop), else None."""
+    reason = PATH_ERRORS.get(error.errno) if error.errno is not None else None
+    if reason is None or error.filename is None:
+        return None
+    return MmsimError(f"cannot use this path: {reason}", source=str(error.filename))

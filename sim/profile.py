@@ -9,6 +9,7 @@ carries its provenance (``measured``, ``published``, ``derived`` or
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -352,8 +353,8 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Prof
     if name in builtin_profile_names():
         return _builtin(name)
     path = Path(name)
-    if not path.is_absolute() and base_dir is not None and (base_dir / path).exists():
+    if not path.is_absolute() and base_dir is not None and os.path.exists(base_dir / path):
         path = base_dir / path
-    if path.suffix == ".json" or path.exists():
+    if path.suffix == ".json" or os.path.exists(path):
         return load_profile_file(path)
     raise MmsimError(f"unknown profile {name!r}; built-in profiles: {', '.join(builtin_profile_names())}, or a path to a profile JSON")

@@ -69,8 +69,9 @@ may a command start the process again (``calibrate.allocator``)."""
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors, and writes failing for want of space or permission, print one line and exit 2."""
-    from sim.outputs import disk_error
+    """Entry point: user errors, writes failing for want of space or permission, and paths the system cannot look
+    up, print one line and exit 2."""
+    from sim.outputs import disk_error, path_error
 
     global own_command_line
     own_command_line = argv is None
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         stderr.print(f"[bold red]error:[/] {escape(error_line(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
     except OSError as error:
-        problem = disk_error(error, error.filename or "output")
+        problem = disk_error(error, error.filename or "output") or path_error(error)
         if problem is None:
             raise
         stderr.print(f"[bold red]error:[/] {escape(error_line(problem))}", highlight=False, soft_wrap=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -108,12 +109,12 @@ def _run_folders(paths: list[Path]) -> list[Path]:
     """Run folders named directly, or the run folders inside a folder that holds several."""
     folders = []
     for path in paths:
-        if not path.is_dir():
+        if not os.path.isdir(path):
             raise MmsimError(f"{path} is not a folder; expected run folders written by `mmsim run` or `mmsim compare`")
-        if (path / "summary.json").is_file():
+        if os.path.isfile(path / "summary.json"):
             folders.append(path)
             continue
-        inner = sorted(p for p in path.iterdir() if (p / "summary.json").is_file())
+        inner = sorted(p for p in path.iterdir() if os.path.isfile(p / "summary.json"))
         if not inner:
             raise MmsimError(f"{path} holds no run (no summary.json in it or in its subfolders)")
         folders += inner
@@ -146,7 +147,7 @@ def report_cmd(runs: list[Path] = typer.Argument(..., help="run folders (or one 
     """Build the HTML comparison report from saved run folders (or a sweep report from a sweep folder).
     Refuses (exit 2) runs that differ in scenario apart from policy and seed, profile or engine build."""
     _check_threshold(drop_threshold)
-    sweeps = [p for p in runs if p.is_dir() and any((p / name).is_file() for name in SWEEP_INDEXES)]
+    sweeps = [p for p in runs if os.path.isdir(p) and any(os.path.isfile(p / name) for name in SWEEP_INDEXES)]
     if sweeps:
         if len(runs) > 1:
             raise MmsimError("give one sweep folder, or run folders, not both")

@@ -113,7 +113,7 @@ def checked_profile(profile: str) -> str:
     from sim.profile import load_profile
 
     named(profile, "--profile", PROFILE_EXPECTED)
-    resolved = str(Path(profile).resolve()) if Path(profile).exists() else profile
+    resolved = str(Path(profile).resolve()) if os.path.exists(profile) else profile
     try:
         load_profile(resolved)
     except MmsimError as error:

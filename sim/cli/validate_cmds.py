@@ -6,6 +6,7 @@ imports vLLM or torch.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -57,7 +58,7 @@ def vllm(
     levels = parse_loads(loads)  # a typo in a flag is named before what the machine lacks
     check_device(device)
     require_vllm()
-    if not source.is_file():
+    if not os.path.isfile(source):
         raise MmsimError("no such file", source=str(source))
     if out is not None:
         check_output_dir(out)

@@ -6,6 +6,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -58,7 +59,7 @@ def load_class_from_file(spec: str, kind: str = "policy") -> type:
     path = Path(path_text)
     if not class_name.isidentifier() or class_name.startswith("__"):  # checked before the file's code runs
         raise MmsimError(f"{kind} {spec!r}: {class_name!r} is not a class name (expected path/to/file.py:ClassName)")
-    if not path.is_file():
+    if not os.path.isfile(path):
         raise MmsimError(f"{kind} file {path} does not exist or is not a regular file "
                          "(expected path/to/file.py:ClassName)")
     module_spec = importlib.util.spec_from_file_location(f"mmsim_user_{kind}_{path.stem}", path)

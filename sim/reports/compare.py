@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sim.errors import MmsimError
@@ -37,7 +38,7 @@ def files_named(data: object, base_dir: Path = Path(".")) -> list[Path]:
     elif isinstance(data, str) and data and "\n" not in data and len(data) < 4096:
         for text in {data, data.rsplit(":", 1)[0]}:  # path.py:Class names the file before the colon
             for where in (base_dir / text, Path(text)):
-                if where.is_file():
+                if os.path.isfile(where):
                     found.append(where)
     return found
 

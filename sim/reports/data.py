@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,14 +97,14 @@ def load_run(path: Path) -> RunData:
     """Read a run folder written by ``sim.results.write_run``; a damaged file is one MmsimError naming it."""
     path = Path(path)
     summary_file = path / "summary.json"
-    if not summary_file.is_file():
+    if not os.path.isfile(summary_file):
         raise MmsimError(f"{path} is not a run folder (no summary.json); expected the output of `mmsim run`")
-    missing = [name for name in RUN_FILES if not (path / name).is_file()]
+    missing = [name for name in RUN_FILES if not os.path.isfile(path / name)]
     if missing:
         raise MmsimError(f"run folder {path} lacks {', '.join(missing)}")
     summary = _read_summary(summary_file)
     scenario_file = path / "scenario.json"
-    scenario = _read_json(scenario_file) if scenario_file.is_file() else None
+    scenario = _read_json(scenario_file) if os.path.isfile(scenario_file) else None
     if scenario is not None and not isinstance(scenario, dict):
         raise MmsimError(f"expected a JSON object (the scenario as run), found a {type(scenario).__name__}",
                          source=str(scenario_file))

@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import re
 import typing
 from dataclasses import dataclass
@@ -139,12 +140,12 @@ def resolve_base(spec: SweepSpec, sweep_path: Path) -> Path:
     candidates = [Path(spec.base)] if Path(spec.base).is_absolute() else [sweep_path.parent / spec.base, Path(spec.base)]
     candidates = list(dict.fromkeys(candidates))  # the sweep's folder may be the current one: name it once
     for candidate in candidates:
-        if candidate.is_file():
+        if os.path.isfile(candidate):
             if candidate.resolve() == sweep_path.resolve():
                 raise MmsimError("names this sweep file itself; base is the scenario the axes change",
                                  source=str(sweep_path), field="base")
             return candidate.resolve()
-    folder = next((c for c in candidates if c.is_dir()), None)
+    folder = next((c for c in candidates if os.path.isdir(c)), None)
     if folder is not None:
         raise MmsimError(f"base scenario {spec.base!r} is a folder ({folder}); give the scenario's YAML file",
                          source=str(sweep_path), field="base")

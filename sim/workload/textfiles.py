@@ -15,6 +15,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -56,7 +57,7 @@ def resolve_input(path: str, base_dir: Path | None, field: str) -> Path:
     else:
         options = ([Path(base_dir) / candidate] if base_dir is not None else []) + [Path.cwd() / candidate]
     for option in options:
-        if option.exists():
+        if os.path.exists(option):
             try:
                 return check_regular_file(option, "input file")
             except MmsimError as error:
