@@ -144,6 +144,22 @@ class Instance:
             return request.gen_at_join + self.iteration - request.join_iter
         return request.generated
 
+    def most_predicted_left(self) -> int:
+        """The most predicted output tokens any request it holds has still to generate, at least 1 (what a
+        policy's drain estimate multiplies by a step time), as of its last sync."""
+        longest = 1
+        iteration = self.iteration
+        for request in self.running:  # ``generated`` inlined: a policy asks this at every plan of every busy instance
+            left = request.predicted_output_tokens - (request.gen_at_join + iteration - request.join_iter)
+            if left > longest:
+                longest = left
+        for queue in (self.prefilling, self.waiting, self.swapped):
+            for request in queue:
+                left = request.predicted_output_tokens - request.generated
+                if left > longest:
+                    longest = left
+        return longest
+
     # -- batch membership ------------------------------------------------------------------------
     def _join_running(self, request: Request) -> None:
         request.state = "running"

@@ -78,22 +78,18 @@ def drain_s(view: ClusterView, instance: Instance) -> float:
     if not held:
         return 0.0
     view.sync(instance.gpu)
-    remaining = 1  # the longest predicted rest of what it holds, read queue by queue (not copied into one list)
-    for queue in (instance.running, instance.prefilling, instance.waiting, instance.swapped):
-        for request in queue:
-            left = request.predicted_output_tokens - instance.generated(request)
-            if left > remaining:
-                remaining = left
+    remaining = instance.most_predicted_left()
     return remaining * instance.costs.decode_step_s(held, instance.context_tokens, instance.gpu_share)
 
 
 def pending_gain_s(view: ClusterView, model: int) -> float:
     """Request-seconds a load of ``model`` unlocks: predicted service of its pending requests plus their wait so far."""
-    costs = view.costs(model)
+    one_sequence = view.costs(model).step_coefficients(1)  # decode_step_s(1, ...)'s, looked up once per plan
+    now = view.now
     gain = 0.0
     for request in view.pending(model):
-        gain += request.predicted_output_tokens * costs.decode_step_s(1, request.prompt_tokens)
-        gain += view.now - request.arrival_s
+        gain += request.predicted_output_tokens * one_sequence.step_s(request.prompt_tokens)
+        gain += now - request.arrival_s
     return gain
 
 
@@ -130,6 +126,12 @@ class AgedShortestFirst(QueueOrder):
         return a.id < b.id
 
 
+def reload_from_s(instance: Instance, from_host: bool) -> float:
+    """Bringing ``instance``'s model back onto its GPUs from host RAM or from disk, each node its shards (sim.parallel)."""
+    return parallel_load_s(instance.costs.reload_s(instance.gpu_share, from_host),
+                           [g.node for g in instance.shards or [instance.gpu]], from_host)
+
+
 def unloading(view: ClusterView) -> bool:
     """An unload is in flight: memory is about to be freed, and its completion re-plans."""
     return any(i.status == "draining" for i in view.instances())
@@ -162,6 +164,8 @@ class SwapAwarePolicy(Policy):
         # Last time a request was routed to or finished on an instance: the same moments in
         # fast-forward and per-iteration mode, unlike step times.
         self.last_used_s: dict[int, float] = {}
+        # Each instance's reload from disk, priced once: it depends on its model, layer share and nodes alone.
+        self.disk_reload_s: dict[int, float] = {}
 
     def setup(self, view: ClusterView) -> None:
         # As many models resident as fit, smallest first: every model kept resident is a reload
@@ -205,6 +209,7 @@ class SwapAwarePolicy(Policy):
 
     def on_unloaded(self, instance: Instance, view: ClusterView) -> None:
         self.last_used_s.pop(instance.uid, None)
+        self.disk_reload_s.pop(instance.uid, None)
         self.plan(view)
 
     # -- the decision ------------------------------------------------------------------------------
@@ -244,13 +249,18 @@ class SwapAwarePolicy(Policy):
         """What bringing ``victim``'s model back onto its GPUs will cost, each node moving its share of the shards
         (sim.parallel): from host RAM when this policy keeps evicted weights there and every node has room for
         its part (or holds it already), else from disk."""
+        if not self.keep_weights_on_host:
+            known = self.disk_reload_s.get(victim.uid)
+            if known is None:
+                known = self.disk_reload_s[victim.uid] = reload_from_s(victim, False)
+            return known
         spans = victim.shards or [victim.gpu]
         nodes = [g.node for g in spans]
-        from_host = bool(self.keep_weights_on_host) and all(
+        from_host = all(
             view.host_cached(victim.model, node)
             or view.host_room_for(node, victim.costs.weight_bytes() * nodes.count(node) // len(spans))
             for node in set(nodes))
-        return parallel_load_s(victim.costs.reload_s(victim.gpu_share, from_host), nodes, from_host)
+        return reload_from_s(victim, from_host)
 
     def eviction_cost_s(self, view: ClusterView, victim: Instance, reload_s: float | None = None) -> float:
         """What evicting ``victim`` costs its requests (``reload_s``: its ``victim_reload_s``, when known)."""
@@ -346,8 +356,11 @@ class SwapAwarePolicy(Policy):
     def pays_for(self, view: ClusterView, model: int, victims: list[Instance], victims_cost_s: float) -> bool:
         """Whether ``model``'s waiting work pays ``benefit_ratio`` times for its reload and the victims' swap penalties
         (``victims_cost_s``: their eviction costs added up)."""
+        gain_s = self.gain_s(view, model)
+        if gain_s < self.benefit_ratio * victims_cost_s:
+            return False  # the reload only adds to the cost (a ratio is never negative): no need to price it
         cost_s = load_s(view, model, victims[0].gpu) * view.pending_count(model) + victims_cost_s
-        return self.gain_s(view, model) >= self.benefit_ratio * cost_s
+        return gain_s >= self.benefit_ratio * cost_s
 
     def plan(self, view: ClusterView) -> None:
         """Load absent models into free memory or in place of idle instances; swap one in for a busy one when it pays."""
