@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mypy_extensions import i64  # compiled, a local typed i64 is a machine integer (no value here nears 2**62)
+
     from sim.engine.request import Request
 
 
@@ -46,12 +48,14 @@ class PhaseHistogram:
 
     def new_blocks(self, iteration: int, steps: int) -> int:
         """Blocks allocated by the steps ``iteration -> iteration + steps``."""
-        bs, counts = self.block_size, self.counts
-        cycles = steps // bs  # not divmod: compiled, that is a generic call returning a tuple
-        blocks = cycles * self.total
+        bs: i64 = self.block_size
+        counts = self.counts
+        cycles: i64 = steps // bs  # not divmod: compiled, that is a generic call returning a tuple
+        blocks: i64 = cycles * self.total
         # The step from iteration t serves phase -t mod bs: the phase steps down by one per iteration, wrapping
         # (counted down rather than taken modulo at every step, once the dearest operation of a step's planning).
-        phase, left = -iteration % bs, steps - cycles * bs
+        phase: i64 = -iteration % bs
+        left: i64 = steps - cycles * bs
         while left:  # not ``for _ in range``: compiled, ``_`` is an object, boxed at every step
             blocks += counts[phase]
             phase = phase - 1 if phase else bs - 1
@@ -66,14 +70,17 @@ class PhaseHistogram:
         """The most steps (at most ``limit``) whose new blocks fit in ``free_blocks``."""
         if self.total == 0:
             return limit
-        bs, counts, total = self.block_size, self.counts, self.total
-        cycles = min(free_blocks // total, limit // bs)
-        steps, used = cycles * bs, cycles * total
+        bs: i64 = self.block_size
+        counts = self.counts
+        total: i64 = self.total
+        cycles: i64 = min(free_blocks // total, limit // bs)
+        steps: i64 = cycles * bs
+        used: i64 = cycles * total
         if used + total <= free_blocks:
             return limit  # under a cycle's steps remain, and those never take more than a cycle's ``total`` blocks
-        phase = -iteration % bs  # whole cycles leave the phase where it was (see new_blocks)
+        phase: i64 = -iteration % bs  # whole cycles leave the phase where it was (see new_blocks)
         while steps < limit:
-            need = counts[phase]
+            need: i64 = counts[phase]
             if used + need > free_blocks:
                 break
             used += need

@@ -28,6 +28,8 @@ from sim.engine.kv import blocks_for
 from sim.engine.step import Step, last_at_most
 
 if TYPE_CHECKING:  # the engine and the GPU import this module
+    from mypy_extensions import i64
+
     from sim.engine.engine import Engine
     from sim.engine.gpu import Gpu
 
@@ -94,15 +96,21 @@ class TimeSharedRun:
 
     def own(self, r: int, iterations: int) -> int:
         """How many of the first ``iterations`` iterations are member ``r``'s."""
-        k, length, start = len(self.members), len(self.order), self.period_start
+        # Native 64-bit arithmetic (compiled): asked for every member at every probe of a search; no value nears 2**62.
+        k: i64 = len(self.members)
+        length: i64 = len(self.order)
+        start: i64 = self.period_start
+        member: i64 = r
+        done: i64 = iterations
         counts = self.counts
-        if iterations <= length:
-            return counts[iterations * k + r]
-        extra = iterations - length
-        period = length - start
-        cycles = extra // period
-        cycle = counts[length * k + r] - counts[start * k + r]
-        return counts[length * k + r] + cycles * cycle + counts[(start + extra - cycles * period) * k + r] - counts[start * k + r]
+        if done <= length:
+            return counts[done * k + member]
+        extra: i64 = done - length
+        period: i64 = length - start
+        cycles: i64 = extra // period
+        before: i64 = counts[start * k + member]
+        listed: i64 = counts[length * k + member]
+        return listed + cycles * (listed - before) + counts[(start + extra - cycles * period) * k + member] - before
 
     def occurrence(self, r: int, nth: int) -> int:
         """The index of member ``r``'s ``nth`` iteration (from 1) in the run, or NEVER."""
