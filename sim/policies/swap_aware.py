@@ -84,7 +84,7 @@ def drain_s(view: ClusterView, instance: Instance) -> float:
 
 def pending_gain_s(view: ClusterView, model: int) -> float:
     """Request-seconds a load of ``model`` unlocks: predicted service of its pending requests plus their wait so far."""
-    one_sequence = view.costs(model).step_coefficients(1)  # decode_step_s(1, ...)'s, looked up once per plan
+    one_sequence = view.costs(model).step_coefficients(1)  # decode_step_s(1, ...)'s, looked up once, not per request
     now = view.now
     gain = 0.0
     for request in view.pending(model):
@@ -124,12 +124,6 @@ class AgedShortestFirst(QueueOrder):
         if a.arrival_s != b.arrival_s:
             return a.arrival_s < b.arrival_s
         return a.id < b.id
-
-
-def reload_from_s(instance: Instance, from_host: bool) -> float:
-    """Bringing ``instance``'s model back onto its GPUs from host RAM or from disk, each node its shards (sim.parallel)."""
-    return parallel_load_s(instance.costs.reload_s(instance.gpu_share, from_host),
-                           [g.node for g in instance.shards or [instance.gpu]], from_host)
 
 
 def unloading(view: ClusterView) -> bool:
@@ -251,16 +245,18 @@ class SwapAwarePolicy(Policy):
         its part (or holds it already), else from disk."""
         if not self.keep_weights_on_host:
             known = self.disk_reload_s.get(victim.uid)
-            if known is None:
-                known = self.disk_reload_s[victim.uid] = reload_from_s(victim, False)
-            return known
+            if known is not None:
+                return known
         spans = victim.shards or [victim.gpu]
         nodes = [g.node for g in spans]
-        from_host = all(
+        from_host = bool(self.keep_weights_on_host) and all(
             view.host_cached(victim.model, node)
             or view.host_room_for(node, victim.costs.weight_bytes() * nodes.count(node) // len(spans))
             for node in set(nodes))
-        return reload_from_s(victim, from_host)
+        seconds = parallel_load_s(victim.costs.reload_s(victim.gpu_share, from_host), nodes, from_host)
+        if not self.keep_weights_on_host:
+            self.disk_reload_s[victim.uid] = seconds
+        return seconds
 
     def eviction_cost_s(self, view: ClusterView, victim: Instance, reload_s: float | None = None) -> float:
         """What evicting ``victim`` costs its requests (``reload_s``: its ``victim_reload_s``, when known)."""
