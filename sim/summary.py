@@ -5,6 +5,7 @@ trace whose requests have classes)."""
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -15,6 +16,10 @@ from sim.engine.request import LOSS_CAUSES
 from sim.results import LATENCIES, ColumnTable, RequestTable
 
 
+QUANTILES = (0.5, 0.9, 0.99)
+"""The summary's percentiles (p50, p90, p99) as fractions."""
+
+
 def percentiles(values: np.ndarray) -> dict:
     """Mean and percentiles of the values that are not NaN; ``values`` is the caller's to discard (reordered)."""
     missing = np.isnan(values)
@@ -22,8 +27,30 @@ def percentiles(values: np.ndarray) -> dict:
     if data.size == 0:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     mean = float(data.mean())  # before the percentiles reorder the data: a sum's last bits depend on its order
-    p50, p90, p99 = np.percentile(data, [50, 90, 99], overwrite_input=True)
-    return {"mean": mean, "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    p50, p90, p99 = _linear_percentiles(data)
+    return {"mean": mean, "p50": p50, "p90": p90, "p99": p99}
+
+
+def _linear_percentiles(data: np.ndarray) -> list[float]:
+    """``np.percentile(data, [50, 90, 99], overwrite_input=True)``, bit for bit, in a tenth of its time: numpy's
+    own steps (the same partition, neighbours and interpolation) without its generic machinery, which cost a
+    small run's summary more than all its other figures (32 calls at ~50 us each)."""
+    n = data.size
+    neighbours = []
+    for quantile in QUANTILES:
+        virtual = (n - 1) * quantile
+        below = math.floor(virtual)
+        # numpy's "linear" method: from the last value on, both neighbours are the last one (index -1, which its
+        # gamma subtracts as it is).
+        neighbours.append((below, below + 1, virtual - below) if virtual < n - 1 else (n - 1, n - 1, virtual + 1))
+    data.partition(sorted({0, n - 1, *(i for low, high, _ in neighbours for i in (low, high))}))
+    values = []
+    for low, high, gamma in neighbours:
+        a, b = float(data[low]), float(data[high])
+        step = b - a
+        # numpy's _lerp: from the upper neighbour when nearer to it, for a result monotone in gamma.
+        values.append(b - step * (1 - gamma) if gamma >= 0.5 else a + step * gamma)
+    return values
 
 
 def slo_met(table: RequestTable, completed: np.ndarray, models: np.ndarray, scenario) -> np.ndarray:
