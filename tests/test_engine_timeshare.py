@@ -408,3 +408,40 @@ def test_a_fixed_key_queue_is_asked_in_its_sorted_order_when_a_run_starts(hand_c
         assert frame.loc[3, "first_scheduled_s"] == pytest.approx(starts, rel=1e-12, abs=0)
         assert frame.loc[2, "status"] == "dropped"  # never fits
     assert fast.counts[1][:1] == [2] and fast.counts[2] >= 1  # a run went past B's stuck head, and was cut
+
+
+DYADIC_STEP_S = {SMALL: 2**-6 + 2**-10, LARGE: 2**-5 + 2**-9}
+"""One decode iteration of one sequence, with no cost per context token: sums of these are exact in floating point
+whatever their order, so an iteration's end is the same number in both modes and an arrival can land on it."""
+
+
+@pytest.fixture
+def dyadic_costs(monkeypatch):
+    def step_coefficients(self, batch, gpu_share=1.0):
+        return StepCoefficients(DYADIC_STEP_S[self.spec.name] * batch, 0.0)
+
+    def mixed_step_s(self, batch, context_tokens, prefill_tokens, prefill_quadratic, prefills, gpu_share=1.0):
+        return PREFILL_S if prefills else step_coefficients(self, batch).step_s(context_tokens)
+
+    monkeypatch.setattr(ModelCosts, "step_coefficients", step_coefficients)
+    monkeypatch.setattr(ModelCosts, "mixed_step_s", mixed_step_s)
+
+
+@pytest.mark.parametrize("models, arrival_s", [
+    # A alone: prefilled by 100.5, then a fast-forward window of decodes; C arrives at its third's end.
+    ((SMALL,), 100.5 + 3 * DYADIC_STEP_S[SMALL]),
+    # A and B decode in turn from 101.0 (a time-shared run); C, of A's model, arrives at the end of B's first
+    # decode, the instant A's turn would start.
+    ((SMALL, LARGE), 101.0 + DYADIC_STEP_S[SMALL] + DYADIC_STEP_S[LARGE]),
+], ids=["window", "time-shared run"])
+def test_an_arrival_at_an_iterations_end_joins_the_next_iteration_in_both_modes(dyadic_costs, co_resident, models,
+                                                                                 arrival_s):
+    """Arrivals come before a step's end at the same instant, so C is scheduled at once, in the iteration that
+    starts there, and its prefill (half a second) gives its first token; a fast-forward window or run used to
+    apply the iteration ending at the arrival first, and scheduled C one iteration later."""
+    rows = [(100.0, SMALL, 100, 10), (100.2, LARGE, 200, 8)][:len(models)] + [(arrival_s, SMALL, 50, 3)]
+    for mode in ("exact", "fast"):
+        requests = simulate(co_resident_scenario(models), chunks=chunk(rows), mode=mode).requests.set_index("id")
+        late = requests.loc[len(rows) - 1]
+        assert late["first_scheduled_s"] == arrival_s, mode
+        assert late["first_token_s"] == arrival_s + PREFILL_S, mode

@@ -132,15 +132,24 @@ class Gpu(AgendaEntry):
         if now == self._synced_s:
             return
         self._synced_s = now
+        # Only the iterations that end before now: one ending at now is applied after what happens at now (an
+        # arrival there joins the next iteration, as in per-iteration mode, where arrivals come first). ``done``
+        # counts those within ``now - start``; at a tie, or where that difference rounded, the absolute end
+        # decides (it can only be later: an iteration past the difference never ends before now).
         run = self.run
         if run is not None:
-            self._advance_run(run, run.done_by(now - run.start_s))
+            done = run.done_by(now - run.start_s)
+            while done > run.applied and run.start_s + run.elapsed_s(done) >= now:
+                done -= 1
+            self._advance_run(run, done)
             return
         step = self.current
         if step is None or step.iterations <= 1:
             return
         # Never the last iteration: the step's end applies it, and finishes the requests it completes.
         done = min(step.iterations_done_by(now - step.start_s), step.iterations - 1)
+        while done > step.applied and step.start_s + step.elapsed_s(done) >= now:
+            done -= 1
         if done <= step.applied:
             return
         engine = self._engine
