@@ -37,6 +37,22 @@ LOOPING_POLICIES = textwrap.dedent('''
             view.load(instance.model, instance.gpu)
 
 
+    class Restart(Policy):
+        """Unloads its model (its requests' KV dropped, to be recomputed) at the end of each first step after a
+        load, and loads it again: the one prompt's first chunk is prefilled over and over."""
+
+        name = "restart"
+
+        def setup(self, view):
+            view.load(0, view.gpus[0])
+
+        def on_step(self, instance, view):
+            view.unload(instance, mode="recompute")
+
+        def on_unloaded(self, instance, view):
+            view.load(instance.model, instance.gpu)
+
+
     class Dither(Policy):
         """Never places anything and re-checks every second, for ever."""
 
@@ -72,7 +88,7 @@ def test_models_loaded_over_and_over_stop_the_run_naming_the_policy_and_model(po
     with pytest.raises(NoProgress) as stopped:
         simulate(scenario(progress_max_loads=50), policy=f"{policy_file}:Thrash", chunks=one_request())
     message = str(stopped.value)
-    assert message.startswith("thrash: no token computed since t=1.0 s")
+    assert message.startswith("thrash: no progress (no token computed, no prompt prefilled further) since t=1.0 s")
     # Setup's first load came before the arrival that starts the count: all 50 counted are reloads.
     assert "50 model loads in that time, 50 of them reloads: qwen2.5-3b (50 loads, 50 unloads)" in message
     assert "unloads) is loaded and unloaded over and over" in message
@@ -82,7 +98,7 @@ def test_time_passing_without_a_token_stops_the_run_at_the_horizon(policy_file):
     with pytest.raises(NoProgress) as stopped:
         simulate(scenario(progress_horizon_s=120.0), policy=f"{policy_file}:Dither", chunks=one_request())
     message = str(stopped.value)
-    assert "dither: no token computed since t=1.0 s" in message
+    assert "dither: no progress (no token computed, no prompt prefilled further) since t=1.0 s" in message
     assert "1 request outstanding" in message and "qwen2.5-3b unplaced: 1" in message
     now = float(message.split("(now t=")[1].split(" s)")[0].replace(",", ""))
     assert 120.0 < now <= 120.0 + 10.0  # caught at the first look after the horizon (sampled every 5 s or less)
@@ -100,7 +116,7 @@ def test_the_cli_exits_2_with_the_diagnosis_and_writes_nothing(policy_file, tmp_
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr + done.stdout
-    assert "thrash: no token computed" in done.stderr + done.stdout
+    assert "thrash: no progress" in done.stderr + done.stdout
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -115,6 +131,31 @@ def test_a_long_decode_window_is_progress(mode):
     result = simulate(scenario, chunks=chunks, mode=mode)
     row = result.requests.iloc[0]
     assert row["status"] == "completed" and row["finish_s"] - row["first_token_s"] > 10.0
+
+
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_prefill_chunks_of_a_long_prompt_are_progress_even_each_longer_than_the_horizon(mode):
+    # An 8,000-token prompt in 256-token chunks: 32 chunks before its first token, each far longer than a horizon
+    # of two milliseconds (and sampled in its middle). Each takes the prompt further than it ever got, so the run
+    # is making progress the whole time and must serve the request.
+    scenario = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}], sample_interval_s=0.001,
+                                            engine={"max_num_seqs": 8, "max_num_batched_tokens": 256,
+                                                    "progress_horizon_s": 0.002}), "test")
+    chunks = [RequestChunk(np.array([60.0]), np.array(["qwen2.5-3b"]), np.array([8000]), np.array([3]))]  # loaded
+    result = simulate(scenario, chunks=chunks, mode=mode)
+    row = result.requests.iloc[0]
+    assert row["status"] == "completed" and row["first_token_s"] - row["arrival_s"] > 32 * 0.002
+
+
+def test_the_same_chunk_prefilled_over_and_over_is_no_progress(policy_file):
+    # Restart unloads the model after each first chunk (recompute) and loads it again: after the first pass,
+    # every chunk recomputes what was prefilled before, so the reloads since then stop the run.
+    scenario = parse_scenario(scenario_dict(models=[{"name": "qwen2.5-3b"}],
+                                            engine={"max_num_seqs": 8, "max_num_batched_tokens": 256,
+                                                    "progress_max_loads": 20}), "test")
+    chunks = [RequestChunk(np.array([0.5]), np.array(["qwen2.5-3b"]), np.array([8000]), np.array([3]))]
+    with pytest.raises(NoProgress, match="restart: no progress .* 20 of them reloads"):
+        simulate(scenario, policy=f"{policy_file}:Restart", chunks=chunks)
 
 
 def requests_at(times, models):

@@ -114,7 +114,7 @@ class Engine:
                               for m in range(len(model_names))]
         for model in range(len(model_names)):
             limits.check_offload_fits_host(self, model, shares[model])
-        self.last_progress_s = 0.0  # when a step last computed tokens
+        self.last_progress_s = 0.0  # when a step last made progress (Step.makes_progress)
         self.busy_since_s = 0.0  # when the last arrival found nothing outstanding
         self.prefix_query_tokens = [0] * len(model_names)  # prompt tokens looked up in prefix caches, per model
         self.prefix_hit_tokens = [0] * len(model_names)  # of those, found cached

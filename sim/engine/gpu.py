@@ -267,7 +267,7 @@ class Gpu(AgendaEntry):
         instance.busy_s += elapsed
         self.add_busy(instance, elapsed)
         instance.last_used_s = now
-        if step.computes_token():
+        if step.makes_progress():
             engine.last_progress_s = now  # read by the progress guard; one store per step on the hot path
         instance.complete(engine, step, step.remaining(), now)
         if instance.policy_preemptions:

@@ -411,6 +411,8 @@ class Instance:
 
     def _finish_prefill_chunk(self, engine: Engine, request: Request, chunk: int, now: float) -> None:
         request.prefilled += chunk
+        if request.prefilled > request.prefilled_most:
+            request.prefilled_most = request.prefilled
         if request.prefix_path is not None:
             self._cache_filled_blocks(request)
         if request.prefilled < request.prefill_target:

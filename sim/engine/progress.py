@@ -1,15 +1,17 @@
-"""The progress guard: a run that stops producing tokens while work is outstanding is stopped with a diagnosis.
+"""The progress guard: a run that stops making progress while work is outstanding is stopped with a diagnosis.
 
 A policy can loop without end — two models evicting each other before either
 finishes a request, or a timer re-checking a decision that never changes — and
 a simulation of such a loop would run forever. The guard watches two figures
-since the last step that emitted a token (a decode iteration, or a prefill
-chunk that completes its prompt: chunks recomputed for ever are no progress),
-or since work arrived after a time with none outstanding:
+since the last step that made progress (emitted a token: a decode iteration, or a
+prefill chunk that completes its prompt; or took a prompt further than it ever got:
+chunks recomputed for ever are no progress), or since work arrived after a time with
+none outstanding:
 the loads of models unloaded in that time (reloads), and the simulated seconds passed. When either passes the scenario's limit (``engine.progress_max_loads``,
 ``engine.progress_horizon_s``) with requests outstanding, the run stops with
 :class:`NoProgress`, naming the policy, the models and the loop. Time that passed quietly (nothing but
-arrivals: no load, unload, policy timer or computation) is no loop and stops nothing.
+arrivals: no load, unload, policy timer or computation) is no loop and stops nothing, and neither is a step
+running that will be progress when it ends (one step may outlast the horizon on a slow machine).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class NoProgress(MmsimError):
 
 
 class ProgressGuard:
-    """Loads and simulated time since the engine last computed a token, and the stop when they run away."""
+    """Loads and simulated time since the engine last made progress, and the stop when they run away."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
@@ -42,7 +44,7 @@ class ProgressGuard:
 
     @property
     def last_progress_s(self) -> float:
-        """The last step that computed tokens, or the last arrival that found nothing outstanding if later: an
+        """The last step that made progress, or the last arrival that found nothing outstanding if later: an
         idle gap between arrivals (a trace's quiet night) is no loop."""
         return max(self.engine.last_progress_s, self.engine.busy_since_s)
 
@@ -59,7 +61,7 @@ class ProgressGuard:
         self.quiet_seen_s = until_s
 
     def _recount(self) -> None:
-        """Start the counts afresh when a step has computed tokens (or work arrived after a lull) since they began."""
+        """Start the counts afresh when a step has made progress (or work arrived after a lull) since they began."""
         since = self.watched_since_s
         if since != self.counted_since_s:
             self.counted_since_s = since
@@ -88,11 +90,20 @@ class ProgressGuard:
         self.timers += 1
 
     def check(self, now: float) -> None:
-        """Stop the run if no token was computed for longer than the horizon while work is outstanding, unless
-        the time passed quietly."""
+        """Stop the run if nothing made progress for longer than the horizon while work is outstanding, unless
+        the time passed quietly or a step running now is progress."""
         if self.engine.outstanding and now - self.watched_since_s > self.engine.config.progress_horizon_s:
-            if not self.quiet():
+            if not self.quiet() and not self.progress_under_way():
                 self.stop(now)
+
+    def progress_under_way(self) -> bool:
+        """Whether a GPU is running a step that is progress (:meth:`Step.makes_progress`): one step may outlast the
+        horizon (a long prompt's chunk on a slow machine) and its end is progress, so nothing loops."""
+        for gpu in self.engine.gpus:
+            step = gpu.current
+            if step is not None and step.makes_progress():
+                return True
+        return False
 
     def quiet(self) -> bool:
         """Whether nothing but arrivals happened since the last progress: no load, unload or policy timer, and
@@ -107,7 +118,7 @@ class ProgressGuard:
     def diagnosis(self, now: float) -> str:
         engine = self.engine
         self._recount()  # the loads since the last progress only, not those of a lull before it
-        head = (f"{engine.policy.label}: no token computed since "
+        head = (f"{engine.policy.label}: no progress (no token computed, no prompt prefilled further) since "
                 f"t={self.last_progress_s:,.1f} s (now t={now:,.1f} s) with {counted(engine.outstanding, 'request')} outstanding")
         loads = sum(self.loads.values())
         if self.reloads:

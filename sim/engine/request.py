@@ -30,6 +30,7 @@ class Request:
         "first_scheduled_s", "preemptions", "lost", "drop_reason", "join_iter", "gen_at_join", "join_seq",
         "preempted_at_s", "kv_on_host_node", "blocks", "pause_charged", "unplaced", "admitted_seq", "prefix_ids",
         "prefix_path", "cache_blocks", "cached_tokens", "prefill_start", "kv_host_ready_s", "slo_class",
+        "prefilled_most",
     )
 
     def __init__(self, rid: int, model: int, arrival_s: float, prompt_tokens: int, output_tokens: int,
@@ -44,6 +45,7 @@ class Request:
         self.priority = priority
         self.generated = 0
         self.prefilled = 0
+        self.prefilled_most = 0  # the furthest any of its prefills got: chunks short of it recompute (no progress)
         self.prefill_target = prompt_tokens
         self.state = "pending"
         self.instance: Instance | None = None

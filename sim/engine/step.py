@@ -51,14 +51,17 @@ class Step:
             rest = self.coefficients.steps_s(self.next_context_tokens, self.batch, iterations - 1)
         return self.transfer_s + self.first_iteration_s + rest
 
-    def computes_token(self) -> bool:
-        """Whether the step emits a token: a decode, or a chunk that completes its prompt (asked before the step
-        is applied). A chunk that leaves its prompt unfinished is not progress for the guard: a prefill
-        preempted and recomputed for ever, its model evicted and loaded again, would otherwise hide the loop."""
+    def makes_progress(self) -> bool:
+        """Whether the step is progress for the guard (asked before the step is applied): it emits a token (a
+        decode, or a chunk that completes its prompt), or a chunk takes a prompt further than any of its
+        request's prefills did. Chunks recomputing what was prefilled before are none: a prefill preempted and
+        recomputed for ever, its model evicted and loaded again, would otherwise hide the loop; a first pass
+        over a prompt whose chunks each take long (a long prompt on a slow machine) is."""
         if self.batch or self.iterations > 1:
             return True
         for request, chunk in self.prefills:
-            if request.prefilled + chunk >= request.prefill_target:
+            reached = request.prefilled + chunk
+            if reached >= request.prefill_target or reached > request.prefilled_most:
                 return True
         return False
 
