@@ -153,6 +153,32 @@ def test_profile_override_from_the_command_line(tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r.html").exists()
 
 
+def pool_scenario(tmp_path: Path, pools: list[dict]) -> Path:
+    data = scenario_dict(cluster={"pools": pools}, models=[{"name": "qwen2.5-3b"}])
+    data["workload"]["generator"]["duration_s"] = 5
+    path = tmp_path / "pools.yaml"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_profile_override_replaces_a_lone_pools_own_profile_and_refuses_pools_of_several(tmp_path):
+    # A lone pool of its own profile: --profile replaces it (the run says so, and scenario.json records it).
+    lone = pool_scenario(tmp_path, [{"name": "only", "profile": "a100-80gb", "nodes": 1}])
+    result = mmsim("run", str(lone), "--profile", "h100-sxm", "--out", str(tmp_path / "o"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["profile"] == "h100-sxm"
+    ran = json.loads((tmp_path / "o" / "scenario.json").read_text())
+    assert ran["profile"] == "h100-sxm" and ran["cluster"]["pools"][0]["profile"] == "h100-sxm"
+    # Two pools of their own profiles: the flag would replace neither, so it is refused, naming them.
+    two = pool_scenario(tmp_path, [{"name": "a", "profile": "a100-80gb", "nodes": 1},
+                                   {"name": "h", "profile": "h100-sxm", "nodes": 1}])
+    refused = mmsim("run", str(two), "--profile", "h100-sxm", "--out", str(tmp_path / "p"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and not (tmp_path / "p").exists()
+    assert refused.stderr.strip() == ("error: --profile: the scenario's cluster has pools with profiles of their own "
+                                      "(a: a100-80gb; h: h100-sxm), which --profile does not replace; set each pool's "
+                                      "profile in the scenario (cluster.pools[].profile) instead"), refused.stderr
+
+
 @pytest.mark.parametrize("command", ["run", "compare", "sweep", "capacity", "report"])
 def test_help_shows_no_value_beside_an_on_off_flag(capsys, command):
     """typer listed `--force <bool>` (and `--help <bool>`), and `--force true` is refused: a flag takes no value."""

@@ -75,8 +75,25 @@ def load_with_overrides(path: Path, profile: str | None, autoscaler: str | None,
     else:
         loaded = _with_autoscaler_flag(loaded, autoscaler)
     if profile is not None:
-        loaded = loaded.model_copy(update={"profile": checked_profile(profile)})
+        loaded = _with_profile_flag(loaded, checked_profile(profile))
     return loaded
+
+
+def _with_profile_flag(loaded: Scenario, profile: str) -> Scenario:
+    """``loaded`` on ``--profile``: the scenario's profile, and a lone pool's own one too (the cluster is then that
+    one machine type, which the flag replaces). Pools of several machine types keep theirs, so the flag would be
+    ignored for them: refused, naming them, rather than run on profiles the user meant to replace."""
+    pools = loaded.cluster.pools
+    own = [pool for pool in pools or [] if pool.profile]
+    if pools is not None and len(pools) == 1 and own:
+        cluster = loaded.cluster.model_copy(update={"pools": [pools[0].model_copy(update={"profile": profile})]})
+        return loaded.model_copy(update={"profile": profile, "cluster": cluster})
+    if own:
+        named_pools = "; ".join(f"{pool.name}: {pool.profile}" for pool in own)
+        raise MmsimError(f"the scenario's cluster has pools with profiles of their own ({named_pools}), which "
+                         f"--profile does not replace; set each pool's profile in the scenario "
+                         f"(cluster.pools[].profile) instead", field="--profile")
+    return loaded.model_copy(update={"profile": profile})
 
 
 def _with_autoscaler_flag(loaded: Scenario, autoscaler: str) -> Scenario:
