@@ -17,7 +17,9 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from calibrate.vllm_engine import require_vllm
 from calibrate.vllm_prefix import PrefixCase, compare
+from sim.errors import MmsimError
 
 TARGET_PP = 5.0
 
@@ -28,6 +30,11 @@ def main() -> int:
     parser.add_argument("--tight-blocks", type=int, default=40, help="KV blocks of the evicting case")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    try:
+        require_vllm()
+    except MmsimError as error:  # the install hint, as the mmsim commands the other vLLM benchmarks run print it
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its warnings would bury the table
     base = PrefixCase(requests_per_tenant=args.requests_per_tenant, seed=args.seed)
     cases = {"ample KV": base, "tight KV": replace(base, kv_blocks=args.tight_blocks)}
