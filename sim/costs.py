@@ -2,8 +2,9 @@
 
 One :class:`ModelCosts` answers every timing question about one model (at one
 dtype) on one profile's hardware. Per-layer costs come from the profile when it
-has the model (measured, published or derived) and from a roofline estimate of
-the profile's GPU and CPU otherwise.
+has the model (measured, published or derived; at another dtype than the
+entry's, scaled by what the dtype changes: :func:`entry_at_dtype`) and from a
+roofline estimate of the profile's GPU and CPU otherwise.
 
 Decode of B sequences holding C context tokens in total, with n_gpu of the L
 layers on the GPU (share g = n_gpu / L)::
@@ -32,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim import profile as prof
-from sim.catalogue import ModelSpec, default_kv_dtype, kv_bits
+from sim.catalogue import ModelSpec, bits_per_weight, default_kv_dtype, kv_bits
 from sim.layer_costs import (ROOFLINE_NOTE, BatchCurve, PrefillLayer, cpu_figures, cpu_raised_to_gpu, estimate_layer_cost,
-                             excess, gpu_figures, layer_curves)
+                             excess, gpu_figures, layer_at_dtype, layer_curves, streamed)
 
 GIB = 2**30
 
@@ -56,6 +57,41 @@ class StepCoefficients:
         return steps * first_s + self.per_context_token_s * batch * steps * (steps - 1) / 2
 
 
+def entry_at_dtype(entry: prof.ModelCosts, dtype: str, profile: prof.Profile) -> prof.ModelCosts:
+    """A profile's entry for a model, measured (or derived) at ``entry.dtype``, priced at weight dtype ``dtype``.
+
+    Same weight and default KV widths (fp16 and bf16; fp8 and int8; int4 and q4): the same bytes move and the same
+    FLOPs run, so the entry applies as it is. Otherwise each term changes by what the dtype changes: the weights'
+    streaming (per-layer bases less their launch, the LM head's intercept, the measured reload and unload less the
+    profile's fixed parts) by the weight bytes; context tokens' KV reads by the default KV cache's bytes (a KV
+    dtype of its own is applied on top, by ``_kv_read_share``); compute (per-sequence and per-token terms) kept, which
+    is conservative; the engine's step overhead, the offload curve, the hidden states' hand-off and the KV copies'
+    fixed costs kept: no weights move in them."""
+    weights = bits_per_weight(dtype) / bits_per_weight(entry.dtype)
+    kv = kv_bits(default_kv_dtype(dtype)) / kv_bits(default_kv_dtype(entry.dtype))
+    if weights == 1.0 and kv == 1.0:
+        return entry
+    note = f"scaled from {entry.dtype} to {dtype}: weight streaming x{weights:g}, KV reads x{kv:g}, compute kept"
+    launch = profile.gpu_launch_overhead_s
+    update: dict[str, object] = {"dtype": dtype, "gpu": layer_at_dtype(entry.gpu, weights, kv, launch, note)}
+    if entry.cpu is not None:
+        update["cpu"] = layer_at_dtype(entry.cpu, weights, kv, 0.0, note)  # a CPU layer has no kernel launch
+    for device, head_launch in (("gpu", launch), ("cpu", 0.0)):
+        # The head's intercept streams its weights (at every batch: the grid moves by as much); per sequence, compute.
+        head_s: float = getattr(entry, f"head_{device}_s")
+        shift = streamed(head_s, head_launch, weights) - head_s
+        update[f"head_{device}_s"] = head_s + shift
+        update[f"head_{device}_grid"] = [point.model_copy(update={"seconds": max(0.0, point.seconds + shift)})
+                                         for point in getattr(entry, f"head_{device}_grid")]
+    if entry.swap is not None:
+        moved = profile.weights
+        update["swap"] = entry.swap.model_copy(update={
+            "reload_s": streamed(entry.swap.reload_s, moved.from_disk.fixed_s, weights),
+            "unload_s": streamed(entry.swap.unload_s, moved.unload.fixed_s, weights),
+            "note": f"{entry.swap.note}; {note}" if entry.swap.note else note})
+    return entry.model_copy(update=update)
+
+
 class ModelCosts:
     """Timing of one model (at one dtype) on one profile's hardware, on one GPU or split tensor- and
     pipeline-parallel over ``tensor_parallel`` x ``pipeline_parallel`` GPUs (see docs/parallel.md)."""
@@ -71,8 +107,8 @@ class ModelCosts:
         self.spec = spec
         self.dtype = dtype
         entry = profile.models.get(spec.name)
-        if entry is not None and entry.dtype != dtype:
-            entry = None
+        if entry is not None:
+            entry = entry_at_dtype(entry, dtype, profile)
         self.entry = entry
         launch = profile.gpu_launch_overhead_s
         gpu_bw, gpu_flops = gpu_figures(profile)

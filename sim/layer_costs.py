@@ -1,6 +1,6 @@
 """Per-layer costs as the cost model reads them: batch-size curves of a layer's decode terms, its prefill cost,
-the roofline estimate used where a profile has no figures for a model, and a CPU layer's costs raised to the GPU's
-where the CPU was not measured."""
+the roofline estimate used where a profile has no figures for a model, a profile's figures measured at one dtype
+priced at another, and a CPU layer's costs raised to the GPU's where the CPU was not measured."""
 
 from __future__ import annotations
 
@@ -93,6 +93,32 @@ def estimate_layer_cost(spec: ModelSpec, dtype: str, bandwidth: float, flops: fl
         prefill_per_token_s=2 * spec.active_layer_params / flops,
         prefill_per_token_sq_s=2 * spec.num_heads * spec.head_dim / flops,
     )
+
+
+def streamed(seconds: float, launch_s: float, weight_ratio: float) -> float:
+    """A cost of a fixed launch (at most ``launch_s``) plus streaming weights, with ``weight_ratio`` times the bytes."""
+    launch = min(launch_s, seconds)
+    return launch + (seconds - launch) * weight_ratio
+
+
+def layer_at_dtype(cost: prof.LayerCost, weight_ratio: float, kv_ratio: float, launch_s: float,
+                   note: str) -> prof.LayerCost:
+    """``cost``, measured at one dtype, at another whose weights take ``weight_ratio`` times the bytes and whose
+    default KV cache ``kv_ratio`` times: the decode and prefill bases are the layer's weights streaming plus the
+    launch ``launch_s`` (see :func:`estimate_layer_cost`), and only their streaming scales; context tokens' KV reads
+    scale with the KV bytes. The per-sequence and per-token terms are compute, kept as measured: conservative, as a
+    narrower format's faster tensor cores are not credited (nor a quantised one's dequantisation charged)."""
+    shift = streamed(cost.decode_base_s, launch_s, weight_ratio) - cost.decode_base_s  # the same at every batch
+    grid = [point.model_copy(update={"base_s": max(0.0, point.base_s + shift),
+                                     "per_context_token_s": point.per_context_token_s * kv_ratio})
+            for point in cost.decode_grid]
+    return cost.model_copy(update={
+        "note": f"{cost.note}; {note}" if cost.note else note,
+        "decode_base_s": cost.decode_base_s + shift,
+        "decode_per_context_token_s": cost.decode_per_context_token_s * kv_ratio,
+        "prefill_base_s": streamed(cost.prefill_base_s, launch_s, weight_ratio),
+        "decode_grid": grid,
+    })
 
 
 def gpu_figures(profile: prof.Profile) -> tuple[float, float]:

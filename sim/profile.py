@@ -233,8 +233,8 @@ class SwapCosts(Sourced):
 class ModelCosts(Strict):
     """Costs of one model on this host; anything absent is estimated from the roofline."""
 
-    # The entry prices one dtype of the model: under a misspelt one it never applied, and the run silently fell back
-    # to the roofline estimate.
+    # The dtype the entry was measured at; the model's other dtypes are priced from it, scaled by what the dtype
+    # changes (sim.costs.entry_at_dtype), which a misspelt one could not be.
     dtype: Annotated[str, AfterValidator(known_dtype)] = "fp16"
     gpu: LayerCost
     cpu: LayerCost | None = None

@@ -51,14 +51,16 @@ class LayerByLayer(OffloadAwarePolicy):
 register(LayerByLayer)
 
 
-@pytest.mark.parametrize("name, params", [("offload", None), ("offload", {"max_slowdown": 2.0}), ("mixed", None)])
-def test_bisection_finds_what_a_scan_finds_on_shipped_scenarios(name, params):
+# Seeds on which the search finds partial copies (on offload's own seed, 5, it finds none at either slowdown).
+@pytest.mark.parametrize("name, params, seed", [("offload", None, 2), ("offload", {"max_slowdown": 2.0}, 1),
+                                                ("mixed", None, None)])
+def test_bisection_finds_what_a_scan_finds_on_shipped_scenarios(name, params, seed):
     path = ROOT / "scenarios" / f"{name}.yaml"
     scenario = load_scenario(path)
     SHARES.clear()
     with wall_clock_limit(120):
-        scanned = simulate(scenario, base_dir=path.parent, policy=LayerByLayer.name, params=params)
-        bisected = simulate(scenario, base_dir=path.parent, policy="offload-aware", params=params)
+        scanned = simulate(scenario, base_dir=path.parent, policy=LayerByLayer.name, params=params, seed=seed)
+        bisected = simulate(scenario, base_dir=path.parent, policy="offload-aware", params=params, seed=seed)
     same_run(scanned, bisected)
     assert SHARES, "no partial copy found to test the search"
 
