@@ -169,6 +169,18 @@ def test_cli_rejects_bad_options(flags, named):
     assert "Traceback" not in done.stderr and named in done.stderr
 
 
+def test_a_profile_whose_gpu_is_too_small_is_refused_naming_it(tmp_path):
+    # The paper's RTX 5000 Ada profile with a 16 GiB GPU: its preemption experiment cannot place its models. A
+    # RuntimeError and its traceback came out (exit 1); it is the profile's fault, said once.
+    path = _edited_profile(tmp_path, lambda d: d["hardware"]["gpu"].update(memory_bytes=16 * 2**30))
+    done = subprocess.run([*MMSIM_CLI, "reproduce", "paper", "--platform", "rtx5000", "--profile", f"rtx5000={path}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("error: --profile: paper-preemption-") and "is not served (not_placed)" in line
+    assert f"on profile {path}, whose GPU holds 16.0 GiB" in line
+
+
 def test_scenario_file_runs_the_experiment(repo):
     path = repo / "scenarios" / "paper-preemption.yaml"
     assert path.read_text().startswith("# ")
