@@ -270,9 +270,11 @@ def atomic_write(path: Path, write: Callable[[str], object]) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes owner-only files; results are ordinary files
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.filename in (None, tmp):
+            error.filename = str(path)  # a full disk raises without a name (or the temporary's): the user's path
         raise
 
 

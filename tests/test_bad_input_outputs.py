@@ -93,6 +93,26 @@ def test_full_disk_is_one_line_naming_the_folder(tmp_path, monkeypatch):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.")], "temporary folder left behind"
 
 
+def test_full_disk_writing_a_report_names_the_report(tmp_path, monkeypatch):
+    # compare, report, sweep and capacity write their files through atomic_write; a full disk raises without a
+    # file name, and the message said "output: cannot write" for each of them.
+    import errno
+    from pathlib import Path as RealPath
+
+    real = RealPath.write_text
+
+    def full(self, *args, **kwargs):  # the disk fills as the page is written (the runs before it fit)
+        if self.name.startswith(".c.html."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(RealPath, "write_text", full)
+    page = tmp_path / "c.html"
+    refused(["compare", write_yaml(tmp_path / "s.yaml", tiny_scenario()), "--policies", "static", "--out", page,
+             "--runs-dir", tmp_path / "runs"], str(page), "no space left")
+    assert not page.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".c.html.")]
+
+
 def test_full_disk_in_a_sweep_run_is_that_runs_failure(tmp_path, monkeypatch):
     import errno
 
