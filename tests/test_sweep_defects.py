@@ -110,3 +110,43 @@ def test_a_run_whose_cluster_cannot_be_built_is_refused_up_front(tmp_path, capsy
     assert code == 2 and "Traceback" not in err, err
     assert f"run {values[1]}-" in err and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_stops_a_pool_sweep_without_starting_the_runs_it_had_queued(tmp_path):
+    """A pool worker carried on after its run's KeyboardInterrupt and took the task queued to it: a sweep
+    interrupted in its second run of six ran the rest before exiting, and their folders were missing from the
+    index. Now every folder on disk is an indexed run, and the sweep exits within seconds of the interrupt."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import MMSIM_CLI, REPO
+
+    base = yaml.safe_load((REPO / "scenarios" / "mixed.yaml").read_text())
+    base["workload"]["generator"]["duration_s"] = 4000  # a few seconds a run
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    (tmp_path / "sweep.yaml").write_text("name: ctrl-c\nbase: base.yaml\naxes:\n  seed: [1, 2, 3, 4, 5, 6]\n")
+    out = tmp_path / "out"
+    # A process group of its own, which a terminal's Ctrl-C signals whole; SIGINT at its default, as a shell has it.
+    sweep = subprocess.Popen([*MMSIM_CLI, "sweep", str(tmp_path / "sweep.yaml"), "--out", str(out), "--workers", "2"],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "runs").is_dir() or not any(p.name[0] != "." for p in (out / "runs").iterdir()):
+            assert sweep.poll() is None and time.monotonic() < deadline, "the sweep ended before its first run did"
+            time.sleep(0.2)
+        os.killpg(sweep.pid, signal.SIGINT)
+        signalled = time.monotonic()
+        sweep.wait(timeout=60)
+        stopped_s = time.monotonic() - signalled
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode == 130, sweep.stderr.read() if sweep.stderr else ""
+    folders = {p.name for p in (out / "runs").iterdir()}
+    index = read_index(out)
+    indexed = set(index.loc[index["status"] == "ok", "run_id"])
+    assert folders == indexed and len(folders) < 6, (folders, indexed)
+    assert stopped_s < 20, f"the sweep took {stopped_s:.0f} s to stop"

@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -43,6 +44,9 @@ def simulate_task(task: RunTask, out_dir: str | None = None, return_frames: bool
     started = time.perf_counter()
     outcome: dict[str, Any] = {"run_id": task.run_id, "status": "ok", "error": "", "details": "", "summary": None,
                                "result": None}
+    if _interrupted.is_set():  # a task the pool had queued before Ctrl-C: the sweep is stopping, start nothing
+        outcome.update(status="interrupted", wall_s=0.0)
+        return outcome
     try:
         scenario = parse_scenario(task.scenario_data, f"run {task.run_id}", Path(task.base_dir))
         result = simulate(scenario, base_dir=Path(task.base_dir))
@@ -65,6 +69,24 @@ def write_error(run_dir: Path, text: str) -> None:
     """Keep a failed run's traceback in its folder; a full disk only loses the file (the index has the error)."""
     with contextlib.suppress(OSError):
         atomic_write(run_dir / "error.txt", lambda p: Path(p).write_text(text))
+
+
+_interrupted = threading.Event()
+"""Set in a pool worker by the first Ctrl-C (SIGINT): its run stops, and the tasks queued to it start nothing."""
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    if not _interrupted.is_set():  # only the first: a second would cut short the run's clean-up of its temporaries
+        _interrupted.set()
+        raise KeyboardInterrupt
+
+
+def start_worker(parent_pid: int) -> None:
+    """Pool worker initializer: exit with the driver, and stop at Ctrl-C without starting the tasks queued to it
+    (a worker carries on after a task's KeyboardInterrupt, and took the next: a sweep interrupted at its second run
+    of six ran four more before it exited)."""
+    exit_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, _on_interrupt)
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -109,7 +131,7 @@ class Backend:
         if not self.use_ray:
             # spawn, not fork: the driver runs a progress-bar thread, and forking a threaded process is unsafe.
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=exit_with_parent, initargs=(os.getpid(),))
+                                             initializer=start_worker, initargs=(os.getpid(),))
             return self
         try:
             import ray
@@ -128,8 +150,15 @@ class Backend:
             self._ray_started_here = True
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
         if self._pool is not None:
+            if kind is not None and issubclass(kind, KeyboardInterrupt):
+                # Ctrl-C reaches the workers with the driver from a terminal; ``kill -INT`` of the driver alone
+                # does not: pass it on, so that shutting down waits for no run.
+                for process in list(self._pool._processes.values()):  # type: ignore[union-attr]
+                    if process.pid is not None:
+                        with contextlib.suppress(OSError):
+                            os.kill(process.pid, signal.SIGINT)
             self._pool.shutdown(wait=True, cancel_futures=True)
         if self._ray_started_here and self._ray is not None:
             self._ray.shutdown()
