@@ -15,7 +15,7 @@ from sim.catalogue import catalogue, known_dtype
 from sim.errors import MmsimError, validate_mapping
 from sim.files import cut, load_yaml
 from sim.fleet.config import Autoscaler, ColdStart, MigConfig, Pool
-from sim.workload.config import MAX_TIME_S, ModelName, WorkloadConfig
+from sim.workload.config import MAX_NAME_CHARS, MAX_TIME_S, ModelName, WorkloadConfig
 
 MAX_NODES = 1024
 MAX_GPUS_PER_NODE = 64
@@ -204,7 +204,7 @@ class PolicySection(Strict):
 class Scenario(Strict):
     """A whole scenario file."""
 
-    name: str = Field(default="scenario", min_length=1, max_length=200)
+    name: str = Field(default="scenario", min_length=1, max_length=MAX_NAME_CHARS)
 
     @field_validator("name")
     @classmethod
@@ -236,6 +236,9 @@ class Scenario(Strict):
             if isinstance(value, dict) else []
         if bad:
             raise ValueError(f"a class label must be non-empty text, not {cut(repr(bad[0]))}")
+        long = [label for label in value if len(label) > MAX_NAME_CHARS] if isinstance(value, dict) else []
+        if long:  # no trace's label can match it: a trace's slo_class is at most as long
+            raise ValueError(f"a class label is at most {MAX_NAME_CHARS} characters, not {len(long[0]):,}")
         return value
 
     @model_validator(mode="after")

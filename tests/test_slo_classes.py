@@ -181,6 +181,7 @@ def test_the_per_class_summary_figures_are_the_classes_requests(tmp_path):
     ({"": {"ttft_s": 1.0}}, ("slo_classes: a class label must be non-empty text, not ''",)),
     ({"  ": {"ttft_s": 1.0}}, ("slo_classes: a class label must be non-empty text, not '  '",)),
     ({1: {"ttft_s": 1.0}}, ("slo_classes: a class label must be non-empty text, not 1",)),
+    ({"x" * 201: {"ttft_s": 1.0}}, ("slo_classes: a class label is at most 200 characters, not 201",)),
     ({"gold": {"ttft_s": -1.0}}, ("slo_classes.gold.ttft_s", "greater than 0")),
     ({"gold": {"tpot_s": "fast"}}, ("slo_classes.gold.tpot_s",)),
     ({"gold": {"e2e_s": 1e9}}, ("slo_classes.gold.e2e_s", "less than or equal to 1000000")),

@@ -31,6 +31,7 @@ from sim.sweep.axis_paths import CONVENIENCE_AXES, axis_keys, axis_tokens, set_p
 from sim.files import cut
 from sim.runner import check_run_size
 from sim.scenario import Scenario, parse_scenario, read_yaml
+from sim.workload.config import MAX_NAME_CHARS
 
 """Most keys an axis path may have (MAX_DEPTH of a data file: no field is deeper)."""
 MAX_RUNS = 100_000
@@ -43,7 +44,7 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(default="sweep", min_length=1, max_length=200)
+    name: str = Field(default="sweep", min_length=1, max_length=MAX_NAME_CHARS)
     base: str = Field(description="base scenario YAML, relative to the sweep file's folder (or the current one)")
     axes: dict[str, list[typing.Any]] = Field(min_length=1)
 

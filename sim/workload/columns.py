@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from sim.files import cut
 from sim.workload.chunk import RequestChunk
-from sim.workload.rows import MAX_PRIORITY, finite_numbers, whole_numbers
+from sim.workload.config import MAX_PREFIX_ID
+from sim.workload.rows import MAX_PRIORITY, LongInteger, finite_numbers, whole_numbers
 
 REQUIRED_COLUMNS = ("arrival_s", "model", "prompt_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("priority", "slo_class", "prefix_ids")
@@ -32,9 +34,10 @@ def native_numbers(name: str, values):
 
 
 def parse_prefix_ids(value, text: bool):
-    """A tuple of ints, None when absent or empty, or False when malformed.
+    """A tuple of ints, None when absent or empty, or False when malformed (:func:`prefix_ids_problem` says how).
 
-    CSV cells hold space-separated ids; JSON and Parquet hold lists of integers.
+    CSV cells hold space-separated ids; JSON and Parquet hold lists of integers. Each id is a whole number from 0
+    to ``MAX_PREFIX_ID`` (an int64, as Parquet stores it).
     """
     if value is None:
         return None
@@ -49,9 +52,39 @@ def parse_prefix_ids(value, text: bool):
             return False
         items, convert = value, _whole
     try:
-        return tuple(map(convert, items)) or None
+        ids = tuple(map(convert, items))
     except (TypeError, ValueError):
         return False
+    if ids and (min(ids) < 0 or max(ids) > MAX_PREFIX_ID):
+        return False
+    return ids or None
+
+
+def prefix_ids_problem(value, text: bool, column: str, malformed: str) -> str:
+    """Why :func:`parse_prefix_ids` refused ``value`` (a cell of ``column``): its first id past the range, named,
+    else ``malformed``."""
+    if text and isinstance(value, str):
+        items: Iterable[Any] = value.split()
+    elif not text and not isinstance(value, (str, bytes, dict)) and hasattr(value, "__iter__"):
+        items = value
+    else:
+        return malformed
+    for item in items:
+        try:
+            number = int(item) if text else _whole(item)
+        except (TypeError, ValueError):
+            digits = item[1:] if text and item[:1] in "+-" else item
+            if not (isinstance(item, LongInteger) or text and digits.isdecimal()):
+                return malformed
+            shown, below = cut(item), str(item).startswith("-")  # more digits than Python turns into an int
+        else:
+            if 0 <= number <= MAX_PREFIX_ID:
+                continue
+            shown, below = cut(number), number < 0
+        if below:
+            return f"{column} id {shown} is less than 0 (ids are whole numbers from 0 to 2**63-1)"
+        return f"{column} id {shown} is more than {MAX_PREFIX_ID:,} (2**63-1, the largest id)"
+    return malformed
 
 
 def _whole(value) -> int:

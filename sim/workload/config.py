@@ -27,6 +27,9 @@ PREFIX_BLOCK_TOKENS = 512
 """Prompt tokens one prefix id stands for unless a workload says otherwise (Mooncake's hash_ids)."""
 MAX_PREFIX_BLOCK_TOKENS = 1 << 20
 """Most prompt tokens one prefix id may stand for."""
+MAX_PREFIX_ID = 2**63 - 1
+"""Largest prefix id (a trace's ``prefix_ids``, Mooncake's ``hash_ids``): ids are whole numbers from 0 to this, the
+int64 that a Parquet trace stores them as."""
 
 Rate = Annotated[float, Field(ge=1e-6, le=MAX_RATE_PER_S)]
 Cv = Annotated[float, Field(ge=MIN_CV, le=MAX_CV)]
@@ -36,7 +39,9 @@ Length = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
 Scale = Annotated[float, Field(ge=1e-6, le=1e6)]
 MAX_SHARE = 1e12
 """Largest share one model may have in a mix (shares are relative: only their ratios matter)."""
-MAX_MODEL_NAME_CHARS = 200
+MAX_NAME_CHARS = 200
+"""Longest name or label a user gives: a scenario's or sweep's ``name``, a deployment's, a trace's ``slo_class``."""
+MAX_MODEL_NAME_CHARS = MAX_NAME_CHARS
 ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)]
 """A deployment's name as requests address it (a catalogue model, an alias or a config-file model's name)."""
 

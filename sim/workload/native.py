@@ -24,7 +24,8 @@ from sim.errors import MmsimError
 from sim.files import check_regular_file, cut
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import NATIVE_COLUMNS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, make_chunk, native_numbers, \
-    parse_prefix_ids
+    parse_prefix_ids, prefix_ids_problem
+from sim.workload.config import MAX_NAME_CHARS
 from sim.workload.native_typed import csv_chunk, jsonl_chunk, parquet_chunk
 from sim.workload.rows import ImportOptions, RowReport
 from sim.workload.textfiles import (check_named_once, csv_frame, csv_text_blocks, file_kind, jsonl_blocks, open_bytes,
@@ -175,15 +176,22 @@ def decode_native(frame: pd.DataFrame, lines: np.ndarray, report: RowReport, *, 
     if "slo_class" in frame:
         classes = frame["slo_class"].to_numpy(dtype=object, na_value=None)
         bad_class = np.fromiter((not (value is None or isinstance(value, str)) for value in classes), bool, len(classes))
+        long_class = np.fromiter((isinstance(value, str) and len(value) > MAX_NAME_CHARS for value in classes), bool,
+                                 len(classes))
         optional["slo_class"] = np.array([value or None for value in classes], dtype=object)
         checks.append((bad_class, lambda i: "slo_class must be text"))
+        checks.append((long_class, lambda i: f"slo_class {cut(classes[i])!r} is longer than {MAX_NAME_CHARS} "
+                                             "characters (a class label)"))
     if "prefix_ids" in frame:
-        parsed = [parse_prefix_ids(value, prefix_text) for value in frame["prefix_ids"].to_numpy(dtype=object, na_value=None)]
+        cells = frame["prefix_ids"].to_numpy(dtype=object, na_value=None)
+        parsed = [parse_prefix_ids(value, prefix_text) for value in cells]
         bad_prefix = np.fromiter((ids is False for ids in parsed), bool, len(parsed))
         prefix = np.empty(len(parsed), dtype=object)
         prefix[:] = [None if ids is False else ids for ids in parsed]
         optional["prefix_ids"] = prefix
-        checks.append((bad_prefix, lambda i: "prefix_ids must be whole numbers (space-separated in CSV, a list in JSON)"))
+        checks.append((bad_prefix, lambda i: prefix_ids_problem(
+            cells[i], prefix_text, "prefix_ids", "prefix_ids must be whole numbers (space-separated in CSV, a list "
+            "in JSON)")))
     keep = report.check(lines, [check for check in quoted if check is not None] + checks)
     return make_chunk(arrival_s[keep], model[keep], prompt[keep], output[keep],
                       **{name: values[keep] for name, values in optional.items()}, extra={"line": lines[keep]})

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from sim.workload.chunk import RequestChunk
 from sim.workload.columns import REQUIRED_COLUMNS, make_chunk, native_numbers, parse_prefix_ids
+from sim.workload.config import MAX_NAME_CHARS, MAX_PREFIX_ID
 
 LABELS = pa.dictionary(pa.int32(), pa.string())
 CSV_TYPES = {"arrival_s": pa.float64(), "model": LABELS, "prompt_tokens": pa.float64(), "output_tokens": pa.float64(),
@@ -70,7 +71,8 @@ def jsonl_chunk(records: list[dict], names: list[str], lines: np.ndarray) -> Req
         elif name == "model":
             column = np.array(cells, dtype=object) if kinds == {str} and all(map(_plain, set(cells))) else None
         elif name == "slo_class":
-            column = np.array([cell or None for cell in cells], dtype=object) if kinds <= {str, type(None)} else None
+            column = np.array([cell or None for cell in cells], dtype=object) if kinds <= {str, type(None)} \
+                and not any(len(cell) > MAX_NAME_CHARS for cell in set(cells) if cell is not None) else None
         else:
             column = _id_tuples([parse_prefix_ids(cell, text=False) for cell in cells])
         if column is None:
@@ -96,7 +98,7 @@ def _checked(columns: dict[str, list[pa.Array]], lines: np.ndarray, prefix_text:
         elif name == "model":
             column = _labels(arrays, lambda text: text if _plain(text) else None, gaps=False)
         elif name == "slo_class":
-            column = _labels(arrays, lambda text: text or None, gaps=True)
+            column = _labels(arrays, lambda text: text or None, gaps=True, longest=MAX_NAME_CHARS)
         elif prefix_text:
             column = _id_tuples([parse_prefix_ids(cell, text=True) for array in arrays for cell in array.to_pylist()])
         else:
@@ -140,9 +142,10 @@ def _numbers(arrays: list[pa.Array], gap: float | None) -> np.ndarray | None:
     return np.concatenate(parts)
 
 
-def _labels(arrays: list[pa.Array], convert, gaps: bool) -> np.ndarray | None:
+def _labels(arrays: list[pa.Array], convert, gaps: bool, longest: int | None = None) -> np.ndarray | None:
     """A dictionary-encoded text column as an object array of ``convert(text)``, None for gaps; None for another
-    type, or (unless ``gaps``) for a gap or a text that converts to None.
+    type, for a text longer than ``longest`` characters, or (unless ``gaps``) for a gap or a text that converts to
+    None.
 
     Each distinct text is converted once, then spread over the rows by its codes.
     """
@@ -153,7 +156,10 @@ def _labels(arrays: list[pa.Array], convert, gaps: bool) -> np.ndarray | None:
     parts = []
     for array in arrays:
         texts = np.empty(len(array.dictionary) + 1, dtype=object)
-        texts[:-1] = [None if text is None else convert(text) for text in array.dictionary.to_pylist()]
+        dictionary = array.dictionary.to_pylist()
+        if longest is not None and any(len(text) > longest for text in dictionary if text is not None):
+            return None
+        texts[:-1] = [None if text is None else convert(text) for text in dictionary]
         if not gaps and (array.null_count or any(text is None for text in texts[:-1])):
             return None
         codes = _numpy(array.indices).astype(np.intp)
@@ -177,7 +183,10 @@ def _id_lists(arrays: list[pa.Array]) -> np.ndarray | None:
         ids = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
         if ids.null_count:
             return None
-        ids, bounds = _numpy(ids).tolist(), (offsets - offsets[0]).tolist()
+        numbers = _numpy(ids)
+        if len(numbers) and (int(numbers.min()) < 0 or int(numbers.max()) > MAX_PREFIX_ID):  # uint64: past int64
+            return None
+        ids, bounds = numbers.tolist(), (offsets - offsets[0]).tolist()
         valid = _valid(array) if array.null_count else np.ones(len(array), dtype=bool)
         tuples.extend(tuple(ids[start:end]) or None if ok else None
                       for start, end, ok in zip(bounds[:-1], bounds[1:], valid.tolist()))

@@ -123,6 +123,30 @@ MAX_FLOAT_INT = int(np.finfo(np.float64).max)
 """The largest integer a float64 holds; a larger one cannot be a time or a token count anyway."""
 
 
+class LongInteger:
+    """A JSON integer of more digits than Python turns into an int (4,300: ``sys.get_int_max_str_digits``), kept
+    as its text. Every check refuses it as past its range (as it does an integer past float64's), naming it; a JSON
+    reader gets one from :func:`json_integer` instead of the ``ValueError`` that would end the command."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+
+def json_integer(text: str) -> int | LongInteger:
+    """``parse_int`` for :func:`json.loads`: the integer, or a :class:`LongInteger` past Python's digit limit."""
+    try:
+        return int(text)
+    except ValueError:
+        return LongInteger(text)
+
+
 def as_numbers(values) -> np.ndarray:
     """Float64 values of a column; anything that is not a number (a boolean, a date) becomes NaN."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
@@ -136,7 +160,7 @@ def as_numbers(values) -> np.ndarray:
         return np.full(len(series), np.nan)
     if series.dtype == object:
         # Booleans are not numbers; nor, here, is an integer past float64's range (JSON has no limit on them).
-        series = series.map(lambda value: np.nan if isinstance(value, (bool, np.bool_))
+        series = series.map(lambda value: np.nan if isinstance(value, (bool, np.bool_, LongInteger))
                             or isinstance(value, int) and abs(value) > MAX_FLOAT_INT else value)
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
@@ -151,6 +175,10 @@ def whole_numbers(values, column: str, minimum: int = 1, maximum: int = MAX_LENG
 
     def reason(i: int) -> str:
         whole = np.isfinite(numbers[i]) and numbers[i] == np.floor(numbers[i])
+        cell = _cell(values, i)
+        if isinstance(cell, LongInteger):  # more digits than an int takes: a whole number, far out of range
+            return f"{column} {_show(values, i)} is " + (f"less than {minimum}" if cell.text.startswith("-")
+                                                         else f"more than {maximum:,}")
         if whole and numbers[i] > maximum:
             return f"{column} {_show(values, i)} is more than {maximum:,}"
         if whole:
@@ -172,9 +200,14 @@ def finite_numbers(values, column: str, minimum: float | None = None, maximum: f
     return np.where(bad, 0.0, numbers), bad, lambda i: f"{column} {_show(values, i)} is not a number{limit}"
 
 
+def _cell(values, i: int):
+    """Row ``i`` of a column: a pandas Series, or a sequence."""
+    return values.iloc[i] if hasattr(values, "iloc") else values[i]
+
+
 def _show(values, i: int) -> str:
     """Row ``i`` of a column as the user wrote it, for error messages."""
-    value = values.iloc[i] if hasattr(values, "iloc") else values[i]  # a pandas Series, or a sequence
+    value = _cell(values, i)
     if value is None or isinstance(value, float) and np.isnan(value):
         return "(missing)"
     if isinstance(value, (float, np.floating)) and float(value).is_integer() and abs(float(value)) < 2**53:

@@ -27,7 +27,7 @@ import numpy as np
 
 from sim.errors import MmsimError
 from sim.files import check_regular_file, cut
-from sim.workload.rows import RowReport
+from sim.workload.rows import RowReport, json_integer
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -253,7 +253,7 @@ def jsonl_blocks(path: Path, rows: int, report: RowReport) -> Iterator[tuple[lis
             joined = b",".join(block)
             try:
                 records = json.loads(b"[" + joined + b"]")
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # bad JSON, or an integer of more than 4,300 digits
                 records = None
             if records is None or len(records) != len(block) or not all(type(r) is dict for r in records):
                 records, numbers = _jsonl_lines(block, numbers, report)  # checks each line's keys too
@@ -297,7 +297,7 @@ def _key_twice(raw: bytes) -> str | None:
                 seen.add(key)
         return record
 
-    json.loads(raw, object_pairs_hook=pairs_to_dict)
+    json.loads(raw, object_pairs_hook=pairs_to_dict, parse_int=json_integer)
     return twice[0] if twice else None
 
 
@@ -336,11 +336,12 @@ def _drop_keys_twice(block: list[bytes], records: list[dict], numbers: np.ndarra
 
 
 def _jsonl_lines(block: list[bytes], numbers: np.ndarray, report: RowReport) -> tuple[list[dict], np.ndarray]:
-    """Parse line by line; bad lines go to ``report``."""
+    """Parse line by line; bad lines go to ``report``. An integer of more digits than Python converts is kept as a
+    :class:`~sim.workload.rows.LongInteger`, for the column's check to name."""
     records, kept = [], []
     for raw, line in zip(block, numbers):
         try:
-            record = json.loads(raw)
+            record = json.loads(raw, parse_int=json_integer)
             problem = _twice_problem(raw, record) if isinstance(record, dict) else "expected one JSON object per line"
         except RecursionError:
             problem = "not valid JSON (nested too deeply)"

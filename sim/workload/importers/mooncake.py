@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.workload.chunk import RequestChunk
-from sim.workload.columns import make_chunk, parse_prefix_ids
+from sim.workload.columns import make_chunk, parse_prefix_ids, prefix_ids_problem
 from sim.workload.rows import ImportOptions, RowReport, finite_numbers, whole_numbers
 from sim.workload.textfiles import jsonl_blocks
 
@@ -31,10 +31,12 @@ def read_mooncake(path: Path, options: ImportOptions, report: RowReport, rows: i
                                                  maximum=1e14)  # epoch milliseconds are fine: times are rebased
         prompt, bad_prompt, why_prompt = whole_numbers(frame["input_length"], "input_length")
         output, bad_output, why_output = whole_numbers(frame["output_length"], "output_length")
-        parsed = [parse_prefix_ids(value, text=False) for value in frame["hash_ids"].to_numpy(dtype=object, na_value=None)]
+        hashes = frame["hash_ids"].to_numpy(dtype=object, na_value=None)
+        parsed = [parse_prefix_ids(value, text=False) for value in hashes]
         bad_hash = np.fromiter((ids is False for ids in parsed), bool, len(parsed))
         keep = report.check(lines, [(bad_time, why_time), (bad_prompt, why_prompt), (bad_output, why_output),
-                                    (bad_hash, lambda i: "hash_ids must be a list of whole numbers")])
+                                    (bad_hash, lambda i: prefix_ids_problem(
+                                        hashes[i], False, "hash_ids", "hash_ids must be a list of whole numbers"))])
         prefix = np.empty(len(parsed), dtype=object)
         prefix[:] = [None if ids is False else ids for ids in parsed]
         count = int(keep.sum())
