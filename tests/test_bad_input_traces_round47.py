@@ -30,20 +30,24 @@ def mmsim(args, cwd: Path) -> tuple[int, str]:
     return result.returncode, result.stdout + result.stderr
 
 
-def refused(args, cwd: Path, *expected: str, out: Path | None = None) -> str:
-    """Exit 2 and one ``error:`` line holding each of ``expected``, no traceback, nothing at ``out`` (nor the
-    writer's temporary file beside it)."""
-    code, text = mmsim(args, cwd)
+def one_error_line(code: int, text: str, expected: tuple[str, ...]) -> str:
+    """Assert a refusal: exit 2 and one ``error:`` line holding each of ``expected``, cut short, no traceback."""
     assert "Traceback" not in text, text[-3000:]
     lines = [line for line in text.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), text[-3000:]
     for part in expected:
         assert part in lines[0], lines[0][:3000]
     assert len(lines[0]) < 1000, "a long value must be cut in the message"
+    return lines[0]
+
+
+def refused(args, cwd: Path, *expected: str, out: Path | None = None) -> str:
+    """:func:`one_error_line` of ``mmsim ARGS``, and nothing at ``out`` (nor the writer's temporary file beside it)."""
+    line = one_error_line(*mmsim(args, cwd), expected)
     if out is not None:
         assert not out.exists(), f"{out} was left behind"
         assert not list(out.parent.glob(f".{out.name}.*")), "the writer's temporary file was left behind"
-    return lines[0]
+    return line
 
 
 def scenario_for(tmp_path: Path, trace: Path) -> Path:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from sim.errors import MmsimError
+from sim.files import cut
+from sim.reports.validate import check_billing, check_summary, check_table
 
 RUN_FILES = ("requests.parquet", "events.parquet", "timeseries.parquet")
 OPTIONAL_REQUEST_COLUMNS = ("cached_prompt_tokens", "slo_class")
@@ -54,13 +57,32 @@ SUMMARY_KEYS = ("policy", "seed", "requests_total", "requests_completed", "reque
 
 
 def _read_json(path: Path) -> object:
+    """A JSON file of a run folder, or one error naming it. Not :func:`sim.files.load_json`: its caps, made for
+    files people write (16 MiB, a million values), would refuse the summary of a run with 100,000 SLO classes."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as error:
-        raise MmsimError(f"cannot read it ({error})", source=str(path)) from None
+        data = path.read_bytes()
+    except OSError as error:
+        raise MmsimError(f"cannot read it ({error.strerror or error})", source=str(path)) from None
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise MmsimError(f"not UTF-8 text (byte 0x{data[error.start]:02x}); truncated or damaged?",
+                         source=str(path)) from None
     except json.JSONDecodeError as error:
         raise MmsimError(f"not valid JSON (truncated or damaged?) at line {error.lineno} column {error.colno}",
                          source=str(path)) from None
+    except RecursionError:
+        raise MmsimError("not valid JSON (nested too deeply: damaged?)", source=str(path)) from None
+    except ValueError as error:  # a whole number of more digits than Python converts (4,300)
+        reason = (f"a number of more than {sys.get_int_max_str_digits():,} digits" if "digits" in str(error)
+                  else cut(str(error)))
+        raise MmsimError(f"not valid JSON of a run ({reason}; damaged?)", source=str(path)) from None
+    try:  # a lone surrogate (an invalid \\ud800 escape) cannot be drawn or written into the page
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, RecursionError):
+        raise MmsimError("text in it holds a lone surrogate (an invalid \\ud800-\\udfff escape); damaged?",
+                         source=str(path)) from None
+    return value
 
 
 def _read_summary(path: Path) -> dict:
@@ -71,10 +93,7 @@ def _read_summary(path: Path) -> dict:
     if missing:
         raise MmsimError(f"not a run summary: lacks {', '.join(missing)}; rerun `mmsim run` for this folder",
                          source=str(path))
-    for key in SUMMARY_KEYS[1:]:
-        value = summary[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise MmsimError(f"expected a number, found {value!r}", source=str(path), field=key)
+    check_summary(summary, path)
     return summary
 
 
@@ -86,10 +105,12 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise MmsimError(f"unreadable Parquet (truncated or damaged?): {reason}; rerun `mmsim run` for this folder",
                          source=str(path)) from None
-    missing = [column for column in _required_columns(path.name) if column not in frame.columns]
+    required = _required_columns(path.name)
+    missing = [column for column in required if column not in frame.columns]
     if missing:
         raise MmsimError(f"not a run's table: lacks column(s) {', '.join(missing)}; rerun `mmsim run` for this folder",
                          source=str(path))
+    check_table(frame, (*required, *OPTIONAL_REQUEST_COLUMNS) if path.name == "requests.parquet" else required, path)
     return frame
 
 
@@ -108,7 +129,8 @@ def load_run(path: Path) -> RunData:
     if scenario is not None and not isinstance(scenario, dict):
         raise MmsimError(f"expected a JSON object (the scenario as run), found a {type(scenario).__name__}",
                          source=str(scenario_file))
-    return RunData(
+    _check_models(scenario, scenario_file)
+    run = RunData(
         summary=summary,
         requests=_read_parquet(path / "requests.parquet"),
         events=_read_parquet(path / "events.parquet"),
@@ -116,6 +138,16 @@ def load_run(path: Path) -> RunData:
         scenario=scenario,
         path=path,
     )
+    check_billing(run.events, summary, path)
+    return run
+
+
+def _check_models(scenario: dict | None, path: Path) -> None:
+    """The scenario's ``models``, which name the report's models in order: a list of objects with a text name."""
+    models = (scenario or {}).get("models", [])
+    if not isinstance(models, list) or not all(isinstance(m, dict) and isinstance(m.get("name"), str) for m in models):
+        raise MmsimError(f"expected a list of models, each with a name, found {cut(repr(models))}", source=str(path),
+                         field="models")
 
 
 def by_policy(runs: list[RunData]) -> dict[str, list[RunData]]:

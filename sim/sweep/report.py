@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import MmsimError
-from sim.files import counted, load_json
+from sim.files import counted, cut, load_json
 from sim.reports.colours import policy_colours
 from sim.reports.stats import MIN_SEEDS, Estimate, no_interval_text, proportion_estimate, rate_estimate
 from sim.results import atomic_write
-from sim.sweep.index import COST_FIGURES, read_index
+from sim.sweep.index import COST_FIGURES, FIGURES, read_index
 from sim.sweep.page import document, figure_svg, num as _num, pyplot, table as _table
 from sim.sweep.pareto import COST, FIGURE_COLUMNS, figures_row, pareto_front, pareto_svg
 
@@ -219,6 +219,27 @@ def _read_object(path: Path, what: str) -> dict:
     return data
 
 
+def _read_meta(sweep_dir: Path, frame: pd.DataFrame) -> tuple[dict, list[str]]:
+    """sweep.json ({} when absent) and the sweep's axes: those it lists (each a column of the index that is
+    neither a figure nor run_id/status/error), or, without a list, the index's dotted columns."""
+    path = sweep_dir / "sweep.json"
+    meta = _read_object(path, "sweep description")
+    for key in ("name", "base"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise MmsimError(f"expected text, found {cut(repr(meta[key]))}", source=str(path), field=key)
+    axes = meta.get("axes")
+    if axes is None or axes == []:
+        return meta, [c for c in frame.columns if c not in INDEX_COLUMNS and "." in str(c)]
+    columns = [str(c) for c in frame.columns if c not in (*INDEX_COLUMNS, *FIGURES)]
+    if (not isinstance(axes, list) or not all(isinstance(a, str) and a in columns for a in axes)
+            or len(set(axes)) != len(axes)):
+        index = "index.parquet" if (sweep_dir / "index.parquet").is_file() else "index.csv"
+        raise MmsimError(f"expected a list of the index's axis columns ({index} has: "
+                         f"{cut(', '.join(columns) or 'none', 200)}), each once, found {cut(repr(axes))}",
+                         source=str(path), field="axes")
+    return meta, axes
+
+
 def _figure_sections(frame: pd.DataFrame, axes: list[str]) -> list[str]:
     """The plots and the cost section; with no finished run (every run failed, or none ran), a line that says so."""
     if not frame["status"].eq("ok").any():
@@ -241,8 +262,7 @@ def sweep_report(sweep_dir: Path, out: Path) -> Path:
     if not (sweep_dir / "index.parquet").is_file() and not (sweep_dir / "index.csv").is_file():
         raise MmsimError("not a sweep folder (no index.parquet or index.csv)", source=str(sweep_dir))
     frame = _read_sweep_index(sweep_dir)
-    meta = _read_object(sweep_dir / "sweep.json", "sweep description")
-    axes = meta.get("axes") or [c for c in frame.columns if c not in ("run_id", "status", "error") and "." in c]
+    meta, axes = _read_meta(sweep_dir, frame)
     sections = _figure_sections(frame, axes)
     sections.append(_capacity_section(sweep_dir / "capacity.json"))
     figures = {"slo_attainment": ".3f", "goodput_requests_per_s": ".3f", "cost_usd": ".4f", "cost_per_1k_requests_usd": ".4f",
