@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import test_engine_random_more as more
 from sim.costs import ModelCosts, StepCoefficients
+from sim.engine.progress import NoProgress
 
 STEP_S, PER_SEQUENCE_S, PER_PREFILL_TOKEN_S = 2**-6, 2**-10, 2**-12
 """A decode step's seconds, plus per sequence; a chunk's per prefill token: sums of these are exact."""
@@ -45,4 +46,15 @@ def cases_on_a_grid(draw):
 @settings(max_examples=3 * more.EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=cases_on_a_grid())
 def test_arrivals_on_iteration_ends_agree_across_modes(case):
-    more.check_case(*case)
+    try:
+        more.check_case(*case)
+    except NoProgress:
+        # These artificial costs can lead a policy into an eviction loop (prefix-swap-aware reloading one model a
+        # thousand times, found by this hunt and not yet understood); the guard stopping it is the contract's other
+        # outcome, and it must stop alike in both modes.
+        stops = []
+        for mode in ("fast", "exact"):
+            with more.wall_clock_limit(more.RUN_LIMIT_S), pytest.raises(NoProgress) as stopped:
+                more.run(*case, mode)
+            stops.append(str(stopped.value))
+        assert stops[0] == stops[1]
