@@ -13,6 +13,7 @@ import numpy as np
 
 from sim.reports.data import RunData
 from sim.reports.svg import figure, to_svg
+from sim.reports.validate import billing_fields
 
 PANEL = (4.4, 3.0)
 
@@ -30,7 +31,7 @@ def billed_gpus(run: RunData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     times, counts, rates = [0.0], [sum(gpus.values())], [sum(gpus[n] * price[n] for n in gpus)]
     events = run.events[run.events["kind"] == "billing"]
     for at, detail in zip(events["time_s"].to_numpy(float), events["detail"]):
-        fields = dict(part.split("=", 1) for part in str(detail).split())
+        fields = billing_fields(detail)  # load_run checked each names a pool and a whole number of GPUs
         gpus[fields["pool"]] += int(fields["gpus"])
         times.append(at)
         counts.append(sum(gpus.values()))

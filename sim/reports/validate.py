@@ -201,6 +201,11 @@ def check_table(frame: pd.DataFrame, columns: tuple[str, ...], path: Path) -> No
                              source=str(path))
 
 
+def billing_fields(detail: object) -> dict[str, str]:
+    """A billing event's detail, ``pool=NAME gpus=N`` (as the fleet controller writes it), as its fields."""
+    return dict(part.split("=", 1) for part in str(detail).split() if "=" in part)
+
+
 def check_billing(events: pd.DataFrame, summary: dict, path: Path) -> None:
     """Refuse a billing event whose detail is not ``pool=NAME gpus=N`` for one of the summary's pools (the fleet
     plot replays them)."""
@@ -210,7 +215,7 @@ def check_billing(events: pd.DataFrame, summary: dict, path: Path) -> None:
     pools = fleet["pools"]
     rows = np.flatnonzero((events["kind"] == "billing").to_numpy(bool))
     for row, detail in zip(rows, events["detail"].to_numpy(object)[rows]):
-        parts = dict(part.split("=", 1) for part in str(detail).split() if "=" in part)
+        parts = billing_fields(detail)
         gpus = parts.get("gpus", "")
         if parts.get("pool") not in pools or not gpus.lstrip("+-").isdigit() or len(gpus) > 18:
             raise MmsimError(f"billing event (row {row:,}) has detail {cut(repr(detail))}; expected "
