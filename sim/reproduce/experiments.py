@@ -101,6 +101,8 @@ def run_preemption(profile: str, model_a: str, model_b: str, checkpoint: int) ->
     job_a = result.requests.set_index("id").loc[0]
     if job_a["status"] != "completed":
         raise unserved(profile, scenario, model_a, job_a["drop_reason"])
+    if job_a["generated_tokens"] != JOB_A_TOKENS:  # completed short of its tokens: a defect, not the profile's
+        raise RuntimeError(f"{scenario.name}: job A completed with {job_a['generated_tokens']} tokens")
     swaps = result.events[(result.events["kind"] == "preempt_swap") & (result.events["request_id"] == 0)]
     if checkpoint and len(swaps) != 1:
         raise MmsimError(f"{scenario.name}: job A's KV cache was swapped out {len(swaps)} times, not once: profile "
